@@ -1,0 +1,12 @@
+// xxHash64 wrapper.
+#include "common/checksum.h"
+
+#include <xxhash.h>
+
+namespace muloco {
+
+uint64_t Checksum64(const void* data, size_t bytes, uint64_t seed) {
+  return XXH64(data, bytes, seed);
+}
+
+}  // namespace muloco

@@ -1,0 +1,137 @@
+// muloco-server: the aggregation server. Flags -> Options, then serve until the run ends
+// (and every worker has left, or --linger_s passes) or SIGINT/SIGTERM arrives.
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "common/cli.h"
+#include "common/codec.h"
+#include "common/log.h"
+#include "common/model_layout.h"
+#include "common/run_config.h"
+#include "common/run_config_flags.h"
+#include "server/round_engine.h"
+#include "server/service.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "Address to serve on (port 0 picks a free port)");
+ABSL_FLAG(std::string, port_file, "", "If set, write the bound port here once serving");
+ABSL_FLAG(uint32_t, min_quorum, 1, "Pushes required before a round may close");
+ABSL_FLAG(double, round_timeout_s, 120, "After a round's first push, close it this many seconds later at most");
+ABSL_FLAG(double, heartbeat_timeout_s, 30, "Evict a worker silent for this many seconds");
+ABSL_FLAG(float, outer_lr, 0.7f, "Outer SGD learning rate (1 with momentum 0: plain averaging)");
+ABSL_FLAG(float, outer_momentum, 0.9f, "Outer SGD momentum");
+ABSL_FLAG(bool, nesterov, true, "Use Nesterov momentum in the outer step");
+ABSL_FLAG(uint32_t, chunk_bytes, 1 << 20, "Bytes per streamed chunk");
+ABSL_FLAG(double, linger_s, 30, "After the final round, keep serving until all workers leave or this passes");
+ABSL_FLAG(std::string, save_final, "", "If set, write the final public parameters (raw fp32) here");
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+
+bool WriteFile(const std::string& path, const void* data, size_t bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+  return static_cast<bool>(out);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace muloco;
+  ParseCommandLine(argc, argv,
+                   "muloco-server: DiLoCo/MuLoCo aggregation server.\n"
+                   "  muloco-server --listen=0.0.0.0:7070 --rounds=10 --inner_steps=20");
+  const v1::RunConfig config = RunConfigFromFlags();
+  if (absl::Status s = ValidateRunConfig(config); !s.ok()) {
+    std::fprintf(stderr, "muloco-server: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  EngineOptions eo;
+  eo.min_quorum = absl::GetFlag(FLAGS_min_quorum);
+  eo.round_timeout_s = absl::GetFlag(FLAGS_round_timeout_s);
+  eo.heartbeat_timeout_s = absl::GetFlag(FLAGS_heartbeat_timeout_s);
+  eo.total_rounds = config.total_rounds();
+  eo.downlink = *ParseScheme(config.downlink_codec());
+  eo.outer = OuterSgdOptions{absl::GetFlag(FLAGS_outer_lr), absl::GetFlag(FLAGS_outer_momentum),
+                             absl::GetFlag(FLAGS_nesterov)};
+  if (!(eo.round_timeout_s > 0) || !(eo.heartbeat_timeout_s > 0) || !(eo.outer.lr > 0) ||
+      !(eo.outer.momentum >= 0 && eo.outer.momentum < 1) || absl::GetFlag(FLAGS_chunk_bytes) < 4) {
+    std::fprintf(stderr,
+                 "muloco-server: need round_timeout_s > 0, heartbeat_timeout_s > 0, outer_lr > 0, "
+                 "0 <= outer_momentum < 1, chunk_bytes >= 4\n");
+    return 2;
+  }
+
+  const ParamLayout layout = GptLayout(config.model());
+  SystemClock clock;
+  RoundEngine engine(eo, InitParams(config.model(), layout), &clock);
+  MulocoService service(&engine, config, ServiceOptions{absl::GetFlag(FLAGS_chunk_bytes)});
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(absl::GetFlag(FLAGS_chunk_bytes)) + (1 << 16));
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    std::fprintf(stderr, "muloco-server: cannot listen on %s\n", absl::GetFlag(FLAGS_listen).c_str());
+    return 1;
+  }
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    const std::string tmp = absl::GetFlag(FLAGS_port_file) + ".tmp";
+    const std::string text = std::to_string(port) + "\n";
+    if (!WriteFile(tmp, text.data(), text.size()) || std::rename(tmp.c_str(), absl::GetFlag(FLAGS_port_file).c_str())) {
+      std::fprintf(stderr, "muloco-server: cannot write --port_file\n");
+      return 1;
+    }
+  }
+  Logf("server", "serving on port %d: %s, %zu parameters", port, DescribeRunConfig(config).c_str(),
+       engine.num_params());
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+
+  double done_since = -1;
+  while (!g_stop) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    engine.Tick();
+    const EngineStats st = engine.Stats();
+    if (!st.done) continue;
+    if (done_since < 0) done_since = clock.Now();
+    if (st.live_workers == 0 || clock.Now() - done_since > absl::GetFlag(FLAGS_linger_s)) break;
+  }
+  service.BeginShutdown();
+  engine.WakeAll();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+
+  const EngineStats st = engine.Stats();
+  const ModelSnapshot snap = engine.Snapshot();
+  if (!absl::GetFlag(FLAGS_save_final).empty() &&
+      !WriteFile(absl::GetFlag(FLAGS_save_final), snap.params->data(), snap.params->size() * sizeof(float))) {
+    std::fprintf(stderr, "muloco-server: cannot write --save_final\n");
+    return 1;
+  }
+  const double dense = static_cast<double>(PayloadBytes(Scheme::kDenseFp32, engine.num_params()));
+  Logf("server",
+       "summary: %llu rounds closed, %llu pushes, up %llu bytes (%.2fx dense fp32), down %llu bytes per worker, "
+       "rejected: %llu unknown worker, %llu wrong round, %llu duplicate, %llu bad payload; evictions %llu; "
+       "final checksum %016llx",
+       (unsigned long long)st.rounds_closed, (unsigned long long)st.pushes_accepted,
+       (unsigned long long)st.bytes_up, st.pushes_accepted ? st.bytes_up / (dense * st.pushes_accepted) : 0.0,
+       (unsigned long long)st.bytes_down, (unsigned long long)st.rejected_unknown_worker,
+       (unsigned long long)st.rejected_wrong_round, (unsigned long long)st.rejected_duplicate,
+       (unsigned long long)st.rejected_bad_payload, (unsigned long long)st.evictions,
+       (unsigned long long)snap.checksum);
+  return 0;
+}

@@ -1,0 +1,139 @@
+// The server's round engine: membership, rounds, deadlines, aggregation and the outer step.
+// No gRPC in here; the service (server/service.h) is a thin adapter and tests drive it
+// directly with threads. Thread-safe: every public method may be called from any thread.
+//
+// A round r is open until it closes; it closes when at least max(1, min_quorum) workers
+// have pushed and either every expected worker has pushed or round_timeout_s has passed
+// since the round's first push. Expected workers are those live when the round opened,
+// plus joiners that arrive before the round's first push; later joiners may still push.
+// Closing: g = mean of pushed Δ; outer SGD on θ_true; down = C(θ_true − θ_pub);
+// θ_pub += decode(down). θ_true − θ_pub is the downlink's error feedback.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/clock.h"
+#include "common/codec.h"
+#include "server/outer_optimizer.h"
+
+namespace muloco {
+
+struct EngineOptions {
+  size_t min_quorum = 1;             // pushes required before a round may close
+  double round_timeout_s = 120;      // after a round's first push, stop waiting for stragglers
+  double heartbeat_timeout_s = 30;   // evict a worker silent for this long
+  uint64_t total_rounds = 0;         // the run ends after this many rounds (0: never)
+  size_t keep_rounds = 8;            // closed rounds kept for late AwaitRound calls
+  Scheme downlink = Scheme::kDenseFp32;
+  OuterSgdOptions outer;
+};
+
+// The global update that closed a round.
+struct RoundUpdate {
+  uint64_t round = 0;
+  uint64_t next_round = 0;
+  uint64_t checksum = 0;        // of θ_pub after applying `payload`
+  uint32_t contributors = 0;
+  uint64_t bytes_up = 0;        // payload bytes received for the round, all workers
+  bool done = false;            // no round follows
+  std::shared_ptr<const std::string> payload;
+};
+
+// θ_pub at the start of the open round.
+struct ModelSnapshot {
+  uint64_t round = 0;
+  uint64_t checksum = 0;
+  std::shared_ptr<const std::vector<float>> params;
+};
+
+// Counters, in one place so metrics and logs read the same numbers.
+struct EngineStats {
+  uint64_t joins = 0, leaves = 0, evictions = 0, rounds_closed = 0;
+  uint64_t pushes_accepted = 0, bytes_up = 0, bytes_down = 0;
+  uint64_t rejected_unknown_worker = 0, rejected_wrong_round = 0, rejected_duplicate = 0,
+           rejected_bad_payload = 0;
+  size_t live_workers = 0;
+  uint64_t open_round = 0;
+  bool done = false;
+};
+
+class RoundEngine {
+ public:
+  // `clock` must outlive the engine.
+  RoundEngine(EngineOptions options, std::vector<float> initial_params, const Clock* clock);
+
+  struct Joined {
+    uint64_t worker_id;
+    uint64_t round;
+    uint64_t checksum;
+  };
+  Joined Join(const std::string& name);
+  // NOT_FOUND for unknown or evicted workers (they must join again).
+  absl::Status Heartbeat(uint64_t worker_id);
+  absl::Status Leave(uint64_t worker_id);
+
+  // Validates and accumulates one worker's payload for `round`. NOT_FOUND (unknown worker),
+  // FAILED_PRECONDITION (not the open round, or the run is over: resync), ALREADY_EXISTS
+  // (second push in a round), INVALID_ARGUMENT (bad payload). A rejected push changes
+  // nothing but the counters.
+  absl::Status Push(uint64_t worker_id, uint64_t round, absl::string_view payload);
+
+  // The update that closed `round`, waiting up to wait_s for the open round to close
+  // (DEADLINE_EXCEEDED then: ask again). FAILED_PRECONDITION when `round` is older than
+  // the kept history or not yet open: fetch the model.
+  absl::StatusOr<RoundUpdate> AwaitRound(uint64_t round, double wait_s);
+
+  ModelSnapshot Snapshot() const;
+  // Evicts silent workers and closes a round whose deadline has passed. Call periodically.
+  void Tick();
+  // Wakes every AwaitRound waiter (shutdown).
+  void WakeAll();
+
+  EngineStats Stats() const;
+  size_t num_params() const { return num_params_; }
+
+ private:
+  struct Member {
+    std::string name;
+    double last_seen;
+  };
+
+  void MaybeCloseLocked();
+  void CloseRoundLocked();
+  void ForgetLocked(uint64_t worker_id);
+
+  const EngineOptions options_;
+  const Clock* const clock_;
+  const size_t num_params_;
+
+  mutable std::mutex mu_;
+  std::condition_variable round_closed_;
+  OuterSgd outer_;                                     // guarded by mu_
+  std::vector<float> theta_true_;                      // guarded by mu_
+  std::shared_ptr<const std::vector<float>> theta_pub_;  // guarded by mu_; replaced, never mutated
+  uint64_t pub_checksum_ = 0;                          // guarded by mu_
+  uint64_t open_round_ = 0;                            // guarded by mu_
+  bool done_ = false;                                  // guarded by mu_
+  uint64_t next_worker_id_ = 1;                        // guarded by mu_
+  std::map<uint64_t, Member> members_;                 // guarded by mu_
+  std::set<uint64_t> expected_;                        // guarded by mu_
+  std::set<uint64_t> pushed_;                          // guarded by mu_
+  std::vector<float> sum_;                             // guarded by mu_
+  double first_push_time_ = -1;                        // guarded by mu_
+  uint64_t round_bytes_up_ = 0;                        // guarded by mu_
+  std::deque<RoundUpdate> history_;                    // guarded by mu_
+  EngineStats stats_;                                  // guarded by mu_
+};
+
+}  // namespace muloco

@@ -1,0 +1,226 @@
+// Round engine with several in-process workers (threads): quorum, deadlines, joins, leaves,
+// evictions and every rejected push.
+#include "server/round_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "common/checksum.h"
+
+namespace muloco {
+namespace {
+
+std::string DensePayload(const std::vector<float>& v) { return Encode(Scheme::kDenseFp32, v.data(), v.size()); }
+
+struct Fixture {
+  explicit Fixture(EngineOptions o = Defaults(), size_t n = 4)
+      : init(n, 1.0f), engine(o, init, &clock) {}
+  static EngineOptions Defaults() {
+    EngineOptions o;
+    o.outer = OuterSgdOptions{1.0f, 0.0f, false};  // plain averaging: easy to check
+    o.round_timeout_s = 10;
+    o.heartbeat_timeout_s = 5;
+    return o;
+  }
+  std::vector<float> init;
+  FakeClock clock;
+  RoundEngine engine;
+};
+
+TEST(RoundEngine, ClosesWhenAllWorkersPushAndAverages) {
+  Fixture f;
+  auto a = f.engine.Join("a"), b = f.engine.Join("b");
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 2, 3, 4})).ok());
+  EXPECT_EQ(f.engine.Stats().open_round, 0u);  // b still missing
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 0, DensePayload({3, 2, 1, 0})).ok());
+  auto u = f.engine.AwaitRound(0, 0);
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(u->contributors, 2u);
+  EXPECT_EQ(u->next_round, 1u);
+  ModelSnapshot s = f.engine.Snapshot();
+  EXPECT_EQ(s.round, 1u);
+  // θ = 1 − mean(Δ) = 1 − 2 = −1 everywhere.
+  for (float v : *s.params) EXPECT_FLOAT_EQ(v, -1.0f);
+  EXPECT_EQ(u->checksum, ParamChecksum(s.params->data(), s.params->size()));
+  // Applying the downlink payload to the old public copy reproduces the new one bit for bit.
+  std::vector<float> replica = f.init;
+  ASSERT_TRUE(DecodeAccumulate(*u->payload, replica.size(), replica.data()).ok());
+  EXPECT_EQ(ParamChecksum(replica.data(), replica.size()), u->checksum);
+}
+
+TEST(RoundEngine, ThreadsAcrossManyRoundsStayConsistent) {
+  for (int workers : {1, 2, 3, 8}) {
+    Fixture f;
+    std::vector<uint64_t> ids;
+    for (int w = 0; w < workers; ++w) ids.push_back(f.engine.Join("w").worker_id);
+    const int rounds = 5;
+    std::vector<std::thread> threads;
+    std::vector<uint64_t> final_checksum(workers);
+    for (int w = 0; w < workers; ++w) {
+      threads.emplace_back([&, w] {
+        std::vector<float> replica = f.init;
+        for (int r = 0; r < rounds; ++r) {
+          std::vector<float> delta(4, 0.01f * (w + 1));
+          ASSERT_TRUE(f.engine.Push(ids[w], r, DensePayload(delta)).ok());
+          auto u = f.engine.AwaitRound(r, 30);
+          ASSERT_TRUE(u.ok()) << u.status();
+          ASSERT_EQ(u->contributors, static_cast<uint32_t>(workers));
+          ASSERT_TRUE(DecodeAccumulate(*u->payload, 4, replica.data()).ok());
+          ASSERT_EQ(ParamChecksum(replica.data(), 4), u->checksum);
+        }
+        final_checksum[w] = ParamChecksum(replica.data(), 4);
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(f.engine.Stats().rounds_closed, static_cast<uint64_t>(rounds));
+    for (int w = 0; w < workers; ++w) EXPECT_EQ(final_checksum[w], f.engine.Snapshot().checksum);
+  }
+}
+
+TEST(RoundEngine, MinQuorumHoldsRoundOpenEvenPastDeadline) {
+  EngineOptions o = Fixture::Defaults();
+  o.min_quorum = 2;
+  Fixture f(o);
+  auto a = f.engine.Join("a");
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 1, 1, 1})).ok());
+  f.clock.Advance(100);
+  f.engine.Heartbeat(a.worker_id).IgnoreError();
+  f.engine.Tick();
+  EXPECT_EQ(f.engine.Stats().open_round, 0u);
+  auto b = f.engine.Join("b");  // a late joiner may still contribute to the open round
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 0, DensePayload({1, 1, 1, 1})).ok());
+  f.engine.Tick();
+  EXPECT_EQ(f.engine.Stats().open_round, 1u);
+}
+
+TEST(RoundEngine, DeadlineClosesRoundWithoutStraggler) {
+  EngineOptions o = Fixture::Defaults();
+  o.heartbeat_timeout_s = 100;  // both stay members; only the deadline is at play
+  Fixture f(o);
+  auto a = f.engine.Join("a"), b = f.engine.Join("slow");
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({2, 2, 2, 2})).ok());
+  f.clock.Advance(9);
+  f.engine.Tick();
+  EXPECT_EQ(f.engine.Stats().open_round, 0u);
+  f.clock.Advance(2);
+  f.engine.Heartbeat(b.worker_id).IgnoreError();
+  f.engine.Tick();
+  auto u = f.engine.AwaitRound(0, 0);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->contributors, 1u);
+  for (float v : *f.engine.Snapshot().params) EXPECT_FLOAT_EQ(v, -1.0f);
+  // The straggler's late push is refused with a resync status and changes nothing.
+  const uint64_t before = f.engine.Snapshot().checksum;
+  absl::Status late = f.engine.Push(b.worker_id, 0, DensePayload({9, 9, 9, 9}));
+  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(f.engine.Snapshot().checksum, before);
+  EXPECT_EQ(f.engine.Stats().rejected_wrong_round, 1u);
+  // It resyncs and is expected in the next round.
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 1, DensePayload({0, 0, 0, 0})).ok());
+  EXPECT_EQ(f.engine.Stats().open_round, 1u);
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 1, DensePayload({0, 0, 0, 0})).ok());
+  EXPECT_EQ(f.engine.Stats().open_round, 2u);
+}
+
+TEST(RoundEngine, JoinMidRunCatchesUpAndContributes) {
+  Fixture f;
+  auto a = f.engine.Join("a");
+  for (uint64_t r = 0; r < 2; ++r) ASSERT_TRUE(f.engine.Push(a.worker_id, r, DensePayload({1, 0, 0, 0})).ok());
+  auto c = f.engine.Join("late");
+  EXPECT_EQ(c.round, 2u);
+  EXPECT_EQ(c.checksum, f.engine.Snapshot().checksum);
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 2, DensePayload({1, 0, 0, 0})).ok());
+  EXPECT_EQ(f.engine.Stats().open_round, 2u);  // the joiner is expected: no push had arrived
+  ASSERT_TRUE(f.engine.Push(c.worker_id, 2, DensePayload({3, 0, 0, 0})).ok());
+  auto u = f.engine.AwaitRound(2, 0);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->contributors, 2u);
+  EXPECT_FLOAT_EQ((*f.engine.Snapshot().params)[0], 1.0f - 1 - 1 - 2);
+}
+
+TEST(RoundEngine, JoinAfterFirstPushIsNotWaitedFor) {
+  Fixture f;
+  auto a = f.engine.Join("a"), b = f.engine.Join("b");
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 1, 1, 1})).ok());
+  f.engine.Join("c");
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 0, DensePayload({1, 1, 1, 1})).ok());
+  EXPECT_EQ(f.engine.Stats().open_round, 1u);
+}
+
+TEST(RoundEngine, LeaveShrinksTheQuorum) {
+  Fixture f;
+  auto a = f.engine.Join("a"), b = f.engine.Join("b");
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 1, 1, 1})).ok());
+  ASSERT_TRUE(f.engine.Leave(b.worker_id).ok());
+  EXPECT_EQ(f.engine.Stats().open_round, 1u);
+  EXPECT_EQ(f.engine.Leave(b.worker_id).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(f.engine.Push(b.worker_id, 1, DensePayload({1, 1, 1, 1})).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(RoundEngine, SilentWorkerIsEvictedAndRoundCloses) {
+  Fixture f;
+  auto a = f.engine.Join("a"), dead = f.engine.Join("dead");
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 1, 1, 1})).ok());
+  f.clock.Advance(3);
+  ASSERT_TRUE(f.engine.Heartbeat(a.worker_id).ok());
+  f.clock.Advance(3);
+  f.engine.Tick();  // dead silent 6 s > 5 s
+  EngineStats s = f.engine.Stats();
+  EXPECT_EQ(s.evictions, 1u);
+  EXPECT_EQ(s.live_workers, 1u);
+  EXPECT_EQ(s.open_round, 1u);
+  EXPECT_EQ(f.engine.Heartbeat(dead.worker_id).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(RoundEngine, BadPushesAreRejectedAndChangeNothing) {
+  Fixture f;
+  auto a = f.engine.Join("a"), b = f.engine.Join("b");
+  const std::vector<float> ok = {1, 1, 1, 1};
+  EXPECT_EQ(f.engine.Push(999, 0, DensePayload(ok)).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(f.engine.Push(a.worker_id, 5, DensePayload(ok)).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(f.engine.Push(a.worker_id, 0, DensePayload({1, 1, 1})).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.engine.Push(a.worker_id, 0, DensePayload({1, NAN, 1, 1})).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.engine.Push(a.worker_id, 0, DensePayload({1, INFINITY, 1, 1})).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.engine.Push(a.worker_id, 0, "garbage").code(), absl::StatusCode::kInvalidArgument);
+  std::string corrupt = DensePayload(ok);
+  corrupt.back() ^= 1;
+  EXPECT_EQ(f.engine.Push(a.worker_id, 0, corrupt).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload(ok)).ok());
+  EXPECT_EQ(f.engine.Push(a.worker_id, 0, DensePayload(ok)).code(), absl::StatusCode::kAlreadyExists);
+  EngineStats s = f.engine.Stats();
+  EXPECT_EQ(s.rejected_unknown_worker, 1u);
+  EXPECT_EQ(s.rejected_wrong_round, 1u);
+  EXPECT_EQ(s.rejected_bad_payload, 5u);
+  EXPECT_EQ(s.rejected_duplicate, 1u);
+  // The round still closes on b's push with exactly the two good contributions.
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 0, DensePayload({3, 3, 3, 3})).ok());
+  for (float v : *f.engine.Snapshot().params) EXPECT_FLOAT_EQ(v, 1.0f - 2.0f);
+}
+
+TEST(RoundEngine, FinalRoundEndsTheRunAndOldRoundsNeedResync) {
+  EngineOptions o = Fixture::Defaults();
+  o.total_rounds = 3;
+  o.keep_rounds = 1;
+  Fixture f(o);
+  auto a = f.engine.Join("a");
+  for (uint64_t r = 0; r < 3; ++r) ASSERT_TRUE(f.engine.Push(a.worker_id, r, DensePayload({0, 0, 0, 0})).ok());
+  auto last = f.engine.AwaitRound(2, 0);
+  ASSERT_TRUE(last.ok());
+  EXPECT_TRUE(last->done);
+  EXPECT_TRUE(f.engine.Stats().done);
+  EXPECT_EQ(f.engine.AwaitRound(0, 0).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(f.engine.AwaitRound(3, 0).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(f.engine.Push(a.worker_id, 3, DensePayload({0, 0, 0, 0})).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(RoundEngine, AwaitOpenRoundTimesOutWithDeadlineExceeded) {
+  Fixture f;
+  f.engine.Join("a");
+  EXPECT_EQ(f.engine.AwaitRound(0, 0.01).status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+}  // namespace
+}  // namespace muloco
