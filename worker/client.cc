@@ -1,0 +1,148 @@
+// ServerClient: gRPC calls with deadlines; streams reassembled and validated.
+#include "worker/client.h"
+
+#include <grpcpp/create_channel.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/checksum.h"
+#include "common/grpc_status.h"
+
+namespace muloco {
+
+ServerClient::ServerClient(const std::string& address, ClientOptions options) : options_(options) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  stub_ = v1::Muloco::NewStub(channel_);
+}
+
+void ServerClient::SetDeadline(grpc::ClientContext& ctx) const {
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(options_.call_timeout_s * 1000)));
+}
+
+absl::StatusOr<v1::JoinResponse> ServerClient::Join(const std::string& name) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  v1::JoinRequest req;
+  req.set_name(name);
+  req.set_protocol_version(1);
+  v1::JoinResponse resp;
+  grpc::Status s = stub_->Join(&ctx, req, &resp);
+  if (!s.ok()) return FromGrpcStatus(s);
+  return resp;
+}
+
+absl::StatusOr<FetchedModel> ServerClient::FetchModel(uint64_t worker_id) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  v1::FetchModelRequest req;
+  req.set_worker_id(worker_id);
+  auto reader = stub_->FetchModel(&ctx, req);
+  FetchedModel m;
+  v1::ModelChunk chunk;
+  bool first = true;
+  size_t filled = 0;
+  while (reader->Read(&chunk)) {
+    if (first) {
+      m.round = chunk.round();
+      m.checksum = chunk.model_checksum();
+      if (chunk.num_params() > (size_t{1} << 34)) return absl::DataLossError("model: absurd parameter count");
+      m.params.resize(chunk.num_params());
+      first = false;
+    }
+    const size_t count = chunk.data().size() / sizeof(float);
+    if (chunk.round() != m.round || chunk.num_params() != m.params.size() || chunk.data().size() % sizeof(float) ||
+        chunk.offset() != filled || count > m.params.size() - filled) {
+      return absl::DataLossError("model stream: inconsistent chunk");
+    }
+    std::memcpy(m.params.data() + filled, chunk.data().data(), chunk.data().size());
+    filled += count;
+  }
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) return FromGrpcStatus(s);
+  if (first || filled != m.params.size()) return absl::DataLossError("model stream ended early");
+  if (ParamChecksum(m.params.data(), m.params.size()) != m.checksum) {
+    return absl::DataLossError("model checksum mismatch");
+  }
+  return m;
+}
+
+absl::Status ServerClient::Push(uint64_t worker_id, uint64_t round, const std::string& payload, float train_loss) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  v1::PushReply reply;
+  auto writer = stub_->PushUpdate(&ctx, &reply);
+  size_t offset = 0;
+  do {
+    v1::UpdateChunk chunk;
+    chunk.set_worker_id(worker_id);
+    chunk.set_round(round);
+    chunk.set_total_bytes(payload.size());
+    chunk.set_train_loss(train_loss);
+    const size_t count = std::min(options_.chunk_bytes, payload.size() - offset);
+    chunk.set_data(payload.data() + offset, count);
+    offset += count;
+    if (!writer->Write(chunk)) break;  // the server ended the call; Finish() says why
+  } while (offset < payload.size());
+  writer->WritesDone();
+  return FromGrpcStatus(writer->Finish());
+}
+
+absl::StatusOr<RoundResult> ServerClient::AwaitRound(uint64_t worker_id, uint64_t round) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  v1::AwaitRoundRequest req;
+  req.set_worker_id(worker_id);
+  req.set_round(round);
+  auto reader = stub_->AwaitRound(&ctx, req);
+  RoundResult r;
+  v1::RoundChunk chunk;
+  bool first = true;
+  while (reader->Read(&chunk)) {
+    if (first) {
+      r.round = chunk.round();
+      r.next_round = chunk.next_round();
+      r.checksum = chunk.model_checksum();
+      r.contributors = chunk.contributors();
+      r.done = chunk.done();
+      if (chunk.total_bytes() > (size_t{1} << 36)) return absl::DataLossError("round: absurd payload size");
+      r.payload.reserve(chunk.total_bytes());
+      first = false;
+    }
+    if (chunk.round() != r.round || chunk.data().size() > chunk.total_bytes() - r.payload.size()) {
+      return absl::DataLossError("round stream: inconsistent chunk");
+    }
+    r.payload.append(chunk.data());
+  }
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) return FromGrpcStatus(s);
+  if (first || r.round != round || r.payload.size() != chunk.total_bytes()) {
+    return absl::DataLossError("round stream ended early");
+  }
+  return r;
+}
+
+absl::Status ServerClient::Heartbeat(uint64_t worker_id) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::HeartbeatRequest req;
+  req.set_worker_id(worker_id);
+  v1::HeartbeatReply reply;
+  return FromGrpcStatus(stub_->Heartbeat(&ctx, req, &reply));
+}
+
+absl::Status ServerClient::Leave(uint64_t worker_id) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::LeaveRequest req;
+  req.set_worker_id(worker_id);
+  v1::LeaveReply reply;
+  return FromGrpcStatus(stub_->Leave(&ctx, req, &reply));
+}
+
+}  // namespace muloco

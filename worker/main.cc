@@ -1,0 +1,49 @@
+// muloco-worker: trains with an aggregation server (--server), or alone (--baseline) with
+// the run-config flags. Flags -> WorkerOptions; everything else lives in session.cc.
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "common/cli.h"
+#include "common/run_config.h"
+#include "common/run_config_flags.h"
+#include "worker/session.h"
+
+ABSL_FLAG(std::string, server, "localhost:7070", "Aggregation server address (host:port)");
+ABSL_FLAG(std::string, name, "", "Worker label in server logs (default: worker-PID)");
+ABSL_FLAG(std::string, data, "", "Corpus: a text directory or file, or a nanoGPT .bin token file (default: fortunes)");
+ABSL_FLAG(std::string, val_data, "", "Validation .bin token file (default: last 10% of --data)");
+ABSL_FLAG(double, heartbeat_s, 5, "Seconds between heartbeats");
+ABSL_FLAG(double, connect_timeout_s, 60, "Keep retrying to join an unavailable server this long");
+ABSL_FLAG(std::string, save_final, "", "If set, write the final parameters (raw fp32) here");
+ABSL_FLAG(int32_t, threads, 1, "LibTorch intra-op threads");
+ABSL_FLAG(bool, baseline, false, "Train alone, without a server, using the run-config flags");
+
+int main(int argc, char** argv) {
+  using namespace muloco;
+  ParseCommandLine(argc, argv,
+                   "muloco-worker: DiLoCo worker.\n"
+                   "  muloco-worker --server=HOST:PORT        (everything else comes from the server)\n"
+                   "  muloco-worker --baseline --rounds=10     (single process, no server)");
+  if (absl::GetFlag(FLAGS_threads) < 1 || !(absl::GetFlag(FLAGS_heartbeat_s) > 0)) {
+    std::fprintf(stderr, "muloco-worker: --threads must be >= 1 and --heartbeat_s > 0\n");
+    return 2;
+  }
+  at::set_num_threads(absl::GetFlag(FLAGS_threads));
+  WorkerOptions o;
+  o.server = absl::GetFlag(FLAGS_server);
+  o.name = absl::GetFlag(FLAGS_name);
+  o.data = absl::GetFlag(FLAGS_data);
+  o.val_data = absl::GetFlag(FLAGS_val_data);
+  o.heartbeat_s = absl::GetFlag(FLAGS_heartbeat_s);
+  o.connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout_s);
+  o.save_final = absl::GetFlag(FLAGS_save_final);
+  if (!absl::GetFlag(FLAGS_baseline)) return RunWorker(o);
+  const v1::RunConfig config = RunConfigFromFlags();
+  if (absl::Status s = ValidateRunConfig(config); !s.ok()) {
+    std::fprintf(stderr, "muloco-worker: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  return RunBaseline(config, o);
+}

@@ -1,0 +1,54 @@
+// The worker's gRPC client: one method per RPC, chunked streams assembled and checked here,
+// gRPC statuses returned as absl::Status with their codes. No training logic.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "muloco/v1/muloco.grpc.pb.h"
+
+namespace muloco {
+
+struct ClientOptions {
+  size_t chunk_bytes = 1 << 20;  // bytes per pushed chunk
+  double call_timeout_s = 600;   // deadline of any one call (AwaitRound waits up to this)
+};
+
+struct FetchedModel {
+  uint64_t round = 0;
+  uint64_t checksum = 0;
+  std::vector<float> params;
+};
+
+struct RoundResult {
+  uint64_t round = 0, next_round = 0, checksum = 0;
+  uint32_t contributors = 0;
+  bool done = false;
+  std::string payload;
+};
+
+class ServerClient {
+ public:
+  ServerClient(const std::string& address, ClientOptions options);
+
+  absl::StatusOr<v1::JoinResponse> Join(const std::string& name);
+  // Whole model, checksum verified (DATA_LOSS on mismatch).
+  absl::StatusOr<FetchedModel> FetchModel(uint64_t worker_id);
+  absl::Status Push(uint64_t worker_id, uint64_t round, const std::string& payload, float train_loss);
+  absl::StatusOr<RoundResult> AwaitRound(uint64_t worker_id, uint64_t round);
+  absl::Status Heartbeat(uint64_t worker_id);
+  absl::Status Leave(uint64_t worker_id);
+
+ private:
+  void SetDeadline(grpc::ClientContext& ctx) const;
+
+  ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Muloco::Stub> stub_;
+};
+
+}  // namespace muloco

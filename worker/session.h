@@ -1,0 +1,25 @@
+// A worker's whole life: join, fetch, train rounds, push, apply global updates, leave
+// (RunWorker); or the single-process baseline with the same model and data (RunBaseline).
+#pragma once
+
+#include <string>
+
+#include "muloco/v1/muloco.pb.h"
+
+namespace muloco {
+
+struct WorkerOptions {
+  std::string server = "localhost:7070";  // aggregation server address
+  std::string name;                        // label in server logs (default: hostname:pid)
+  std::string data;                        // corpus: directory/text file or .bin tokens
+  std::string val_data;                    // optional .bin validation tokens
+  double heartbeat_s = 5;                  // heartbeat period while training
+  double connect_timeout_s = 60;           // keep retrying Join while the server is unavailable
+  std::string save_final;                  // write final parameters (raw fp32) here
+};
+
+// Returns a process exit code.
+int RunWorker(const WorkerOptions& options);
+int RunBaseline(const v1::RunConfig& config, const WorkerOptions& options);
+
+}  // namespace muloco

@@ -1,0 +1,41 @@
+// The inner loop of one worker, with no gRPC in it: H AdamW steps from the global
+// parameters, the pseudo-gradient Δ = θ_global − θ_local, and validation loss. The AdamW
+// state persists across rounds. LibTorch stays behind this header (pimpl).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "muloco/v1/muloco.pb.h"
+#include "worker/data.h"
+
+namespace muloco {
+
+class Trainer {
+ public:
+  // `corpus` must outlive the trainer; `seed` picks this worker's batches.
+  // REQUIRES: ValidateRunConfig(config).ok().
+  Trainer(const v1::RunConfig& config, const Corpus* corpus, uint64_t seed);
+  ~Trainer();
+
+  size_t num_params() const;
+  void SetParams(const float* flat);
+  void GetParams(float* flat) const;
+
+  // One AdamW step at global inner step `step` (schedule position); returns the batch loss.
+  double InnerStep(uint64_t step);
+
+  // SetParams(global), H inner steps from first_step, delta = global − local.
+  // Returns the mean training loss over the H steps.
+  double TrainRound(const float* global, uint64_t first_step, float* delta);
+
+  // Mean validation loss of `flat` over the run's fixed validation windows (no grad).
+  // Leaves the model's own parameters unchanged.
+  double Evaluate(const float* flat);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace muloco
