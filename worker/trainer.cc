@@ -61,13 +61,18 @@ void Trainer::GetParams(float* flat) const { impl_->model.StoreFlat(flat); }
 
 double Trainer::InnerStep(uint64_t step) {
   Impl& m = *impl_;
+  SampleWindows(m.corpus->train, m.config.batch_size(), m.config.model().context(), m.rng, m.scratch);
+  return InnerStepOn(m.scratch, step);
+}
+
+double Trainer::InnerStepOn(const std::vector<int64_t>& tokens, uint64_t step) {
+  Impl& m = *impl_;
   const double lr = InnerLearningRate(m.config, step);
   for (torch::optim::OptimizerParamGroup& g : m.optimizer->param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
   }
-  SampleWindows(m.corpus->train, m.config.batch_size(), m.config.model().context(), m.rng, m.scratch);
   m.optimizer->zero_grad();
-  torch::Tensor loss = m.model.Loss(m.Batch(m.scratch));
+  torch::Tensor loss = m.model.Loss(m.Batch(tokens));
   loss.backward();
   if (m.config.grad_clip() > 0) torch::nn::utils::clip_grad_norm_(m.model.params(), m.config.grad_clip());
   m.optimizer->step();

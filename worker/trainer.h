@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "muloco/v1/muloco.pb.h"
 #include "worker/data.h"
@@ -24,6 +25,8 @@ class Trainer {
 
   // One AdamW step at global inner step `step` (schedule position); returns the batch loss.
   double InnerStep(uint64_t step);
+  // The same step on a given batch: batch_size rows of context + 1 tokens, row-major.
+  double InnerStepOn(const std::vector<int64_t>& tokens, uint64_t step);
 
   // SetParams(global), H inner steps from first_step, delta = global − local.
   // Returns the mean training loss over the H steps.

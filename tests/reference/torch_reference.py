@@ -1,0 +1,99 @@
+#!/usr/bin/python3
+"""Independent PyTorch references for muloco's optimizers (run with Debian's python3-torch).
+
+  torch_reference.py sgd DIR    outer step: torch.optim.SGD(lr, momentum, nesterov)
+  torch_reference.py adamw DIR  inner steps: a GPT written here from scratch, trained with
+                                torch.optim.AdamW, warmup + cosine schedule, grad clipping
+
+DIR holds config.json and raw little-endian inputs written by tests/unit/reference_test.cc;
+outputs are written back into DIR.
+"""
+import json
+import math
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def sgd(d, cfg):
+    n, steps = cfg["n"], cfg["steps"]
+    p = torch.tensor(np.fromfile(f"{d}/p0.f32", dtype=np.float32))
+    grads = np.fromfile(f"{d}/grads.f32", dtype=np.float32).reshape(steps, n)
+    p = torch.nn.Parameter(p)
+    opt = torch.optim.SGD([p], lr=cfg["lr"], momentum=cfg["momentum"], nesterov=cfg["nesterov"])
+    out = []
+    for s in range(steps):
+        p.grad = torch.tensor(grads[s])
+        opt.step()
+        out.append(p.detach().numpy().copy())
+    np.stack(out).astype(np.float32).tofile(f"{d}/expected.f32")
+
+
+def lr_at(cfg, step):
+    peak, warm = cfg["inner_lr"], cfg["warmup_steps"]
+    if step < warm:
+        return peak * (step + 1) / warm
+    total = cfg["total_rounds"] * cfg["inner_steps"]
+    progress = min(1.0, (step - warm) / max(1.0, total - warm))
+    floor = peak * cfg["min_lr_ratio"]
+    return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
+
+
+def gpt_loss(P, cfg, tokens):
+    """P: dict name -> tensor. Pre-LN GPT, causal attention, GELU MLP, untied head."""
+    d, nh, nl = cfg["d_model"], cfg["n_head"], cfg["n_layer"]
+    x_idx, y = tokens[:, :-1], tokens[:, 1:]
+    B, T = x_idx.shape
+    x = P["wte"][x_idx] + P["wpe"][:T]
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    for i in range(nl):
+        h = F.layer_norm(x, (d,), P[f"h.{i}.ln1.weight"], P[f"h.{i}.ln1.bias"])
+        q, k, v = (h @ P[f"h.{i}.attn.qkv.weight"].t()).chunk(3, dim=-1)
+        q, k, v = (t.reshape(B, T, nh, d // nh).permute(0, 2, 1, 3) for t in (q, k, v))
+        w = (q @ k.transpose(-1, -2)) / math.sqrt(d // nh)
+        w = w.masked_fill(~causal, float("-inf")).softmax(-1)
+        a = (w @ v).permute(0, 2, 1, 3).reshape(B, T, d)
+        x = x + a @ P[f"h.{i}.attn.proj.weight"].t()
+        h = F.layer_norm(x, (d,), P[f"h.{i}.ln2.weight"], P[f"h.{i}.ln2.bias"])
+        x = x + F.gelu(h @ P[f"h.{i}.mlp.fc.weight"].t()) @ P[f"h.{i}.mlp.proj.weight"].t()
+    x = F.layer_norm(x, (d,), P["ln_f.weight"], P["ln_f.bias"])
+    logits = x @ P["lm_head.weight"].t()
+    return F.cross_entropy(logits.reshape(B * T, -1), y.reshape(-1))
+
+
+def adamw(d, cfg):
+    flat = np.fromfile(f"{d}/params.f32", dtype=np.float32)
+    steps, B, T = cfg["steps"], cfg["batch"], cfg["context"]
+    tokens = np.fromfile(f"{d}/tokens.i64", dtype=np.int64).reshape(steps, B, T + 1)
+    P, decay, no_decay, off = {}, [], [], 0
+    for name, shape in cfg["layout"]:
+        numel = int(np.prod(shape))
+        P[name] = torch.nn.Parameter(torch.tensor(flat[off:off + numel].reshape(shape)))
+        (decay if len(shape) == 2 else no_decay).append(P[name])
+        off += numel
+    kw = dict(betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["eps"])
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg["inner_lr"], **kw)
+    losses = []
+    for s in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(cfg, s)
+        opt.zero_grad()
+        loss = gpt_loss(P, cfg, torch.tensor(tokens[s]))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(P.values()), cfg["grad_clip"])
+        opt.step()
+        losses.append(loss.item())
+    np.concatenate([P[name].detach().numpy().ravel() for name, _ in cfg["layout"]]).astype(np.float32).tofile(
+        f"{d}/expected_params.f32")
+    np.array(losses, dtype=np.float64).tofile(f"{d}/expected_losses.f64")
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    mode, d = sys.argv[1], sys.argv[2]
+    with open(f"{d}/config.json") as f:
+        cfg = json.load(f)
+    {"sgd": sgd, "adamw": adamw}[mode](d, cfg)

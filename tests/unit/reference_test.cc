@@ -1,0 +1,150 @@
+// Golden checks against PyTorch (Debian's python3-torch) run by tests/reference/torch_reference.py:
+// the outer Nesterov step equals torch.optim.SGD(nesterov=True); H inner steps of our GPT with
+// AdamW, schedule and clipping equal a from-scratch PyTorch GPT with torch.optim.AdamW.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/model_layout.h"
+#include "common/run_config.h"
+#include "server/outer_optimizer.h"
+#include "worker/data.h"
+#include "worker/trainer.h"
+
+namespace muloco {
+namespace {
+
+std::string TempDir(const char* name) {
+  std::string dir = std::string(::testing::TempDir()) + "/muloco_ref_" + name + "_" + std::to_string(getpid());
+  EXPECT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  return dir;
+}
+
+template <typename T>
+void WriteRaw(const std::string& path, const std::vector<T>& v) {
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+template <typename T>
+std::vector<T> ReadRaw(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  EXPECT_TRUE(in) << path;
+  std::vector<T> v(static_cast<size_t>(in.tellg()) / sizeof(T));
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(v.data()), v.size() * sizeof(T));
+  return v;
+}
+
+void RunReference(const std::string& mode, const std::string& dir) {
+  const std::string cmd = "/usr/bin/python3 " MULOCO_SOURCE_DIR "/tests/reference/torch_reference.py " + mode + " " + dir;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+std::vector<float> Normal(size_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+void ExpectOuterSgdMatchesTorch(float lr, float momentum, bool nesterov) {
+  const size_t n = 1000, steps = 6;
+  const std::string dir = TempDir("sgd");
+  std::vector<float> p0 = Normal(n, 1, 1.0f), grads = Normal(n * steps, 2, 0.1f);
+  WriteRaw(dir + "/p0.f32", p0);
+  WriteRaw(dir + "/grads.f32", grads);
+  std::ofstream(dir + "/config.json") << "{\"n\": " << n << ", \"steps\": " << steps << ", \"lr\": " << lr
+                                      << ", \"momentum\": " << momentum
+                                      << ", \"nesterov\": " << (nesterov ? "true" : "false") << "}";
+  RunReference("sgd", dir);
+  const std::vector<float> expected = ReadRaw<float>(dir + "/expected.f32");
+  ASSERT_EQ(expected.size(), n * steps);
+  OuterSgd sgd(OuterSgdOptions{lr, momentum, nesterov}, n);
+  std::vector<float> p = p0;
+  for (size_t s = 0; s < steps; ++s) {
+    sgd.Step(p.data(), grads.data() + s * n, n);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(p[i], expected[s * n + i], 1e-6f * (1 + std::fabs(expected[s * n + i]))) << "step " << s << " i " << i;
+    }
+  }
+}
+
+TEST(Reference, OuterNesterovSgdMatchesTorch) { ExpectOuterSgdMatchesTorch(0.7f, 0.9f, true); }
+TEST(Reference, OuterPlainMomentumMatchesTorch) { ExpectOuterSgdMatchesTorch(0.5f, 0.8f, false); }
+TEST(Reference, OuterAveragingMatchesTorch) { ExpectOuterSgdMatchesTorch(1.0f, 0.0f, false); }
+
+TEST(Reference, GptInnerAdamWStepsMatchTorch) {
+  v1::RunConfig c = DefaultRunConfig();
+  v1::ModelSpec* m = c.mutable_model();
+  m->set_n_layer(2);
+  m->set_n_head(2);
+  m->set_d_model(16);
+  m->set_context(12);
+  m->set_vocab_size(40);
+  c.set_batch_size(3);
+  c.set_inner_steps(4);
+  c.set_total_rounds(2);
+  c.set_warmup_steps(3);
+  c.set_inner_lr(1e-2f);
+  c.set_grad_clip(0.5f);  // small enough that clipping is active
+  const size_t steps = 8;
+  const ParamLayout layout = GptLayout(*m);
+  std::vector<float> params = InitParams(*m, layout);
+  std::vector<int64_t> tokens(steps * c.batch_size() * (m->context() + 1));
+  std::mt19937 rng(5);
+  for (int64_t& t : tokens) t = rng() % m->vocab_size();
+
+  const std::string dir = TempDir("adamw");
+  WriteRaw(dir + "/params.f32", params);
+  WriteRaw(dir + "/tokens.i64", tokens);
+  std::ostringstream layout_json;
+  for (size_t i = 0; i < layout.size(); ++i) {
+    layout_json << (i ? ", " : "") << "[\"" << layout[i].name << "\", [";
+    for (size_t j = 0; j < layout[i].shape.size(); ++j) layout_json << (j ? ", " : "") << layout[i].shape[j];
+    layout_json << "]]";
+  }
+  std::ofstream(dir + "/config.json")
+      << "{\"steps\": " << steps << ", \"batch\": " << c.batch_size() << ", \"context\": " << m->context()
+      << ", \"d_model\": " << m->d_model() << ", \"n_head\": " << m->n_head() << ", \"n_layer\": " << m->n_layer()
+      << ", \"inner_lr\": " << c.inner_lr() << ", \"warmup_steps\": " << c.warmup_steps()
+      << ", \"total_rounds\": " << c.total_rounds() << ", \"inner_steps\": " << c.inner_steps()
+      << ", \"min_lr_ratio\": " << c.inner_min_lr_ratio() << ", \"beta1\": " << c.beta1()
+      << ", \"beta2\": " << c.beta2() << ", \"eps\": " << c.adam_eps() << ", \"weight_decay\": " << c.weight_decay()
+      << ", \"grad_clip\": " << c.grad_clip() << ", \"layout\": [" << layout_json.str() << "]}";
+  RunReference("adamw", dir);
+  const std::vector<float> expected = ReadRaw<float>(dir + "/expected_params.f32");
+  const std::vector<double> expected_losses = ReadRaw<double>(dir + "/expected_losses.f64");
+  ASSERT_EQ(expected.size(), params.size());
+  ASSERT_EQ(expected_losses.size(), steps);
+
+  Corpus unused;
+  unused.val.assign(100, 1);
+  unused.train.assign(100, 1);
+  c.set_eval_batches(0);
+  Trainer trainer(c, &unused, 0);
+  trainer.SetParams(params.data());
+  const size_t row = c.batch_size() * (m->context() + 1);
+  for (size_t s = 0; s < steps; ++s) {
+    std::vector<int64_t> batch(tokens.begin() + s * row, tokens.begin() + (s + 1) * row);
+    EXPECT_NEAR(trainer.InnerStepOn(batch, s), expected_losses[s], 1e-5) << "step " << s;
+  }
+  std::vector<float> ours(params.size());
+  trainer.GetParams(ours.data());
+  double max_diff = 0, moved = 0;
+  for (size_t i = 0; i < ours.size(); ++i) {
+    max_diff = std::max(max_diff, static_cast<double>(std::fabs(ours[i] - expected[i])));
+    moved = std::max(moved, static_cast<double>(std::fabs(expected[i] - params[i])));
+  }
+  EXPECT_GT(moved, 1e-2);      // the reference really trained
+  EXPECT_LT(max_diff, 2e-5);   // and we land on the same parameters
+}
+
+}  // namespace
+}  // namespace muloco
