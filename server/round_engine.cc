@@ -180,6 +180,11 @@ void RoundEngine::Tick() {
   MaybeCloseLocked();
 }
 
+void RoundEngine::CountMalformedPush() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.rejected_bad_payload;
+}
+
 void RoundEngine::WakeAll() { round_closed_.notify_all(); }
 
 EngineStats RoundEngine::Stats() const {

@@ -94,6 +94,10 @@ class RoundEngine {
   // the kept history or not yet open: fetch the model.
   absl::StatusOr<RoundUpdate> AwaitRound(uint64_t round, double wait_s);
 
+  // Counts a push the transport rejected before it reached Push (bad framing), so every
+  // rejected payload shows up in Stats().rejected_bad_payload.
+  void CountMalformedPush();
+
   ModelSnapshot Snapshot() const;
   // Evicts silent workers and closes a round whose deadline has passed. Call periodically.
   void Tick();

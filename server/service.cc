@@ -59,7 +59,10 @@ grpc::Status MulocoService::FetchModel(grpc::ServerContext* ctx, const v1::Fetch
 
 grpc::Status MulocoService::PushUpdate(grpc::ServerContext*, grpc::ServerReader<v1::UpdateChunk>* reader,
                                        v1::PushReply* reply) {
-  auto bad = [](const std::string& m) { return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, m); };
+  auto bad = [this](const std::string& m) {
+    engine_->CountMalformedPush();
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, m);
+  };
   v1::UpdateChunk chunk;
   if (!reader->Read(&chunk)) return bad("empty push stream");
   const uint64_t worker = chunk.worker_id(), round = chunk.round(), total = chunk.total_bytes();

@@ -1,0 +1,86 @@
+// train_speed: tokens per second of one worker's inner loop (Trainer::InnerStep: forward,
+// backward, clipping, AdamW) for the demo model on the fortunes corpus, and the bytes one
+// worker sends and receives per round. bench/run.sh sets it beside bench/torch_eager_gpt.py.
+//
+//   train_speed [--steps=30] [--threads=1] [--warmup=3] [--data=PATH]
+//
+// Besides the human-readable lines it prints `muloco_<name> <value>` lines for scripts.
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "common/cli.h"
+#include "common/codec.h"
+#include "common/model_layout.h"
+#include "common/run_config.h"
+#include "worker/data.h"
+#include "worker/trainer.h"
+
+ABSL_FLAG(int32_t, steps, 30, "Timed inner steps");
+ABSL_FLAG(int32_t, warmup, 3, "Untimed inner steps before timing");
+ABSL_FLAG(int32_t, threads, 1, "LibTorch intra-op threads");
+ABSL_FLAG(std::string, data, muloco::kDefaultCorpus, "Corpus: a text directory or file, or a .bin token file");
+
+int main(int argc, char** argv) {
+  using namespace muloco;
+  using Clock = std::chrono::steady_clock;
+  ParseCommandLine(argc, argv, "train_speed: inner-loop tokens/s of the demo model and bytes per round.");
+  const int steps = absl::GetFlag(FLAGS_steps), warmup = absl::GetFlag(FLAGS_warmup);
+  const int threads = absl::GetFlag(FLAGS_threads);
+  if (steps < 1 || warmup < 0 || threads < 1) {
+    std::fprintf(stderr, "train_speed: --steps and --threads must be >= 1, --warmup >= 0\n");
+    return 2;
+  }
+  at::set_num_threads(threads);
+
+  const v1::RunConfig config = DefaultRunConfig();
+  const v1::ModelSpec& spec = config.model();
+  absl::StatusOr<Corpus> corpus =
+      LoadCorpus(absl::GetFlag(FLAGS_data), "", spec.vocab_size(), spec.context());
+  if (!corpus.ok()) {
+    std::fprintf(stderr, "train_speed: %s\n", corpus.status().ToString().c_str());
+    return 1;
+  }
+  const ParamLayout layout = GptLayout(spec);
+  const size_t n = TotalParams(layout);
+  Trainer trainer(config, &*corpus, config.data_seed());
+  trainer.SetParams(InitParams(spec, layout).data());
+
+  // Steps count from 0 so the schedule's warmup is exercised exactly as in a real run.
+  uint64_t step = 0;
+  double first_loss = 0;
+  for (int i = 0; i < warmup; ++i, ++step) {
+    const double loss = trainer.InnerStep(step);
+    if (i == 0) first_loss = loss;
+  }
+  const Clock::time_point start = Clock::now();
+  double last_loss = 0;
+  for (int i = 0; i < steps; ++i, ++step) last_loss = trainer.InnerStep(step);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+
+  const double tokens = static_cast<double>(config.batch_size()) * spec.context() * steps;
+  const double tokens_per_s = tokens / seconds;
+  const size_t up = PayloadBytes(Scheme::kDenseFp32, n);    // uplink codec: dense-fp32
+  const size_t down = PayloadBytes(Scheme::kDenseFp32, n);  // downlink codec: dense-fp32
+
+  std::printf("model: %s\n", DescribeRunConfig(config).c_str());
+  std::printf("corpus: %s\n", corpus->description.c_str());
+  std::printf("params: %zu, threads: %d, warmup steps: %d, timed steps: %d\n", n, threads, warmup, steps);
+  std::printf("loss: %.4f (first warmup step) -> %.4f (last timed step)\n", first_loss, last_loss);
+  std::printf("inner loop: %.3f s for %.0f tokens = %.0f tokens/s (%.2f ms/step)\n", seconds, tokens, tokens_per_s,
+              1e3 * seconds / steps);
+  std::printf("per round per worker: up %zu bytes (%s), down %zu bytes (%s), payload bodies + %zu-byte headers\n",
+              up, config.uplink_codec().c_str(), down, config.downlink_codec().c_str(), kPayloadHeaderBytes);
+  std::printf("muloco_threads %d\n", threads);
+  std::printf("muloco_params %zu\n", n);
+  std::printf("muloco_tokens_per_s %.0f\n", tokens_per_s);
+  std::printf("muloco_step_ms %.3f\n", 1e3 * seconds / steps);
+  std::printf("muloco_bytes_up_per_round %zu\n", up);
+  std::printf("muloco_bytes_down_per_round %zu\n", down);
+  return 0;
+}

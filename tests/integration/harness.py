@@ -1,0 +1,125 @@
+"""Process harness for integration tests: starts muloco-server / muloco-worker on loopback
+(port 0, read back from --port_file), waits on the gRPC health service (never on fixed
+sleeps), and kills every child when the test ends.
+
+Environment (set by ctest): MULOCO_BUILD (build dir), PYTHONPATH (generated muloco_pb2).
+"""
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+import grpc
+
+BUILD = os.environ.get("MULOCO_BUILD", os.path.join(os.path.dirname(__file__), "../../build"))
+SERVER_BIN = os.path.join(BUILD, "muloco-server")
+WORKER_BIN = os.path.join(BUILD, "muloco-worker")
+
+# A tiny model: fast on one core, still learns the byte statistics of the corpus.
+TINY = ["--n_layer=1", "--n_head=2", "--d_model=32", "--context=32", "--batch_size=8",
+        "--inner_lr=1e-2", "--warmup_steps=5", "--eval_batches=4"]
+
+
+def health_check(address, timeout=0.5):
+    """grpc.health.v1 Check with an empty service name; True when SERVING."""
+    with grpc.insecure_channel(address) as ch:
+        check = ch.unary_unary("/grpc.health.v1.Health/Check",
+                               request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        try:
+            return check(b"", timeout=timeout) == b"\x08\x01"  # HealthCheckResponse{status: SERVING}
+        except grpc.RpcError:
+            return False
+
+
+class Proc:
+    def __init__(self, args, log_path):
+        self.log_path = log_path
+        self.log = open(log_path, "w")
+        self.p = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def text(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def wait(self, timeout):
+        return self.p.wait(timeout=timeout)
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.p.poll() is None:
+            try:
+                os.killpg(self.p.pid, sig)
+            except ProcessLookupError:
+                pass
+            self.p.wait()
+        self.log.close()
+
+
+class ClusterTest(unittest.TestCase):
+    """Base class: self.start_server(...), self.start_worker(...); children die in tearDown."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="muloco_it_")
+        self.procs = []
+
+    def tearDown(self):
+        for p in self.procs:
+            p.kill()
+        if self._outcome_failed():
+            for p in self.procs:
+                print(f"---- {p.log_path}\n{p.text()[-6000:]}")
+
+    def _outcome_failed(self):
+        result = getattr(self, "_outcome", None)
+        errors = getattr(result, "errors", None) or getattr(getattr(result, "result", None), "errors", [])
+        return any(err for _, err in errors) if errors else False
+
+    def path(self, name):
+        return os.path.join(self.tmp, name)
+
+    def start_server(self, *flags, name="server"):
+        port_file = self.path(f"{name}.port")
+        proc = Proc([SERVER_BIN, "--listen=127.0.0.1:0", f"--port_file={port_file}", *flags],
+                    self.path(f"{name}.log"))
+        self.procs.append(proc)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if proc.p.poll() is not None:
+                self.fail(f"server exited early:\n{proc.text()}")
+            if os.path.exists(port_file):
+                with open(port_file) as f:
+                    address = f"127.0.0.1:{f.read().strip()}"
+                if health_check(address):
+                    return proc, address
+            time.sleep(0.05)
+        self.fail("server never became healthy")
+
+    def start_worker(self, address, *flags, name="worker"):
+        proc = Proc([WORKER_BIN, f"--server={address}", *flags], self.path(f"{name}.log"))
+        self.procs.append(proc)
+        return proc
+
+    def wait_for(self, proc, pattern, timeout):
+        """Polls proc's log until `pattern` matches; returns the match."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            m = re.search(pattern, proc.text())
+            if m:
+                return m
+            if proc.p.poll() is not None:
+                m = re.search(pattern, proc.text())
+                if m:
+                    return m
+                self.fail(f"{proc.log_path} exited before /{pattern}/:\n{proc.text()[-4000:]}")
+            time.sleep(0.1)
+        self.fail(f"timed out waiting for /{pattern}/ in {proc.log_path}:\n{proc.text()[-4000:]}")
+
+    def val_losses(self, proc):
+        """{round: val_loss} from a worker log."""
+        return {int(r): float(v) for r, v in re.findall(r"eval: round (\d+) val_loss ([\d.]+)", proc.text())}
+
+    def read_bytes(self, name):
+        with open(self.path(name), "rb") as f:
+            return f.read()
