@@ -1,0 +1,52 @@
+"""The binaries' command lines: --help lists every flag with its default, bad flags and bad
+configurations exit with a clear message, and a worker without a server gives up cleanly."""
+import subprocess
+import unittest
+
+from harness import SERVER_BIN, WORKER_BIN
+
+RUN_CONFIG_FLAGS = ["vocab_size", "n_layer", "n_head", "d_model", "context", "inner_steps", "rounds",
+                    "batch_size", "inner_lr", "warmup_steps", "weight_decay", "grad_clip", "uplink_codec",
+                    "downlink_codec", "eval_every"]
+
+
+def run(*args, timeout=60):
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
+
+
+class Cli(unittest.TestCase):
+    def test_help_lists_every_flag_with_default(self):
+        server = {"listen", "port_file", "min_quorum", "round_timeout_s", "heartbeat_timeout_s", "outer_lr",
+                  "outer_momentum", "nesterov", "chunk_bytes", "linger_s", "save_final", *RUN_CONFIG_FLAGS}
+        worker = {"server", "name", "data", "val_data", "heartbeat_s", "connect_timeout_s", "save_final",
+                  "threads", "baseline", *RUN_CONFIG_FLAGS}
+        for binary, flags in ((SERVER_BIN, server), (WORKER_BIN, worker)):
+            out = run(binary, "--help")
+            text = out.stdout + out.stderr
+            for flag in flags:
+                self.assertRegex(text, rf"(?s)--{flag} \(.*?\);\s+default: ", f"{binary} --help lacks --{flag}")
+
+    def test_bad_flags_and_configs_fail_clearly(self):
+        out = run(SERVER_BIN, "--no_such_flag=1")
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("no_such_flag", out.stderr)
+        out = run(SERVER_BIN, "--n_head=3")
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("divisible by n_head", out.stderr)
+        out = run(SERVER_BIN, "--uplink_codec=gzip")
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("unknown codec", out.stderr)
+        out = run(SERVER_BIN, "--outer_momentum=1.5")
+        self.assertEqual(out.returncode, 2)
+        out = run(WORKER_BIN, "--baseline", "--data=/nonexistent")
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("/nonexistent", out.stderr)
+
+    def test_worker_without_server_gives_up(self):
+        out = run(WORKER_BIN, "--server=127.0.0.1:1", "--connect_timeout_s=1")
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("cannot join", out.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
