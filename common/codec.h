@@ -1,20 +1,31 @@
-// Wire payloads for pseudo-gradients and global updates: a fixed 32-byte header (magic,
-// format version, scheme, element count, body size, body checksum) and a scheme-specific
-// body. Decoding validates everything a peer controls and never reads out of bounds.
+// Wire payloads for pseudo-gradients and global updates, with error feedback.
 //
-// Header layout (little-endian):
-//   0  char[4]  magic "MLCP"
-//   4  u8       format version (1)
-//   5  u8       scheme (Scheme)
-//   6  u16      reserved, must be 0
-//   8  u64      number of elements
-//   16 u64      body bytes
-//   24 u64      xxh64 of the body
+// A payload is self-describing: a 32-byte header, a table of segments (one per tensor,
+// 32 bytes each, giving scheme, bits, chunk size, k, shape), the segments' data, and an
+// xxh64 checksum of everything after the header. Decoding validates every field a peer
+// controls (sizes, bit widths, index range and order, finite metadata, checksum) before it
+// writes anything, and never reads or writes out of bounds.
+//
+// Header (little-endian):  0 "MLCP" | 4 u8 version (2) | 5 u8 0 | 6 u16 segments |
+//                          8 u64 elements | 16 u64 body bytes | 24 u64 xxh64(body)
+// Segment entry:           0 u8 scheme | 1 u8 bits | 2 u16 0 | 4 u32 chunk | 8 u32 k |
+//                          12 u32 rows | 16 u64 numel | 24 u64 data bytes
+// Segment data, with C = chunk, nc = ceil(numel / C):
+//   dense-fp32  numel fp32                       dense-bf16  numel bf16 (round to nearest even)
+//   quant       nc * 2^bits fp32 decode tables, then the codes packed (bits each)
+//   linear      nc * 2 fp32 (min, step), then the codes packed
+//   topk        per chunk the min(k, chunk length) largest |x|, indices ascending:
+//               [2^bits fp32 table if bits < 32], indices packed log2(C) bits each,
+//               values (bits 32: fp32; else codes of one statistical table per segment)
+//   sign        nc fp32 scales (mean |x| of the chunk), then 1 bit per element (1: x >= 0);
+//               decodes to +-scale
+// Codes of a chunk start on a byte boundary (C is a multiple of 8).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -23,34 +34,66 @@
 namespace muloco {
 
 enum class Scheme : uint8_t {
-  kDenseFp32 = 1,  // raw fp32 values
+  kDenseFp32 = 1,
+  kDenseBf16 = 2,
+  kQuant = 3,   // statistical quantizer (MuLoCo / SparseLoCo)
+  kLinear = 4,  // min/max quantizer
+  kTopK = 5,    // chunked top-k with quantized (or fp32) values
+  kSign = 6,    // 1 bit per element, scaled
 };
 
 inline constexpr size_t kPayloadHeaderBytes = 32;
-inline constexpr uint8_t kPayloadVersion = 1;
+inline constexpr size_t kSegmentEntryBytes = 32;
+inline constexpr uint8_t kPayloadVersion = 2;
 
-struct PayloadHeader {
+// A run's choice of compression, parsed from "scheme[:key=value,...]", e.g. "dense-fp32",
+// "quant:bits=2", "topk:chunk=4096,k=32,bits=2", "sign". Keys: bits, chunk, k, vectors
+// (vectors=dense keeps 1-D tensors such as gains and biases dense fp32; vectors=same
+// compresses them too).
+struct CodecConfig {
   Scheme scheme = Scheme::kDenseFp32;
-  uint64_t num_elements = 0;
-  uint64_t body_bytes = 0;
-  uint64_t body_checksum = 0;
+  int bits = 2;            // quant/linear code bits (1, 2, 4, 8); topk value bits (also 32)
+  uint32_t chunk = 4096;   // elements per chunk; a multiple of 8 (topk: a power of two)
+  uint32_t k = 32;         // topk: entries kept per chunk
+  bool dense_vectors = true;
+};
+absl::StatusOr<CodecConfig> ParseCodec(absl::string_view spec);
+std::string CodecName(const CodecConfig& config);  // canonical spec string
+
+// One tensor's encoding.
+struct Segment {
+  Scheme scheme = Scheme::kDenseFp32;
+  int bits = 32;
+  uint32_t chunk = 0;
+  uint32_t k = 0;
+  uint32_t rows = 1;
+  uint64_t numel = 0;
 };
 
-// "dense-fp32" -> kDenseFp32; INVALID_ARGUMENT for unknown names.
-absl::StatusOr<Scheme> ParseScheme(absl::string_view name);
-const char* SchemeName(Scheme scheme);
+struct TensorShape {
+  uint32_t rows = 1;  // first dimension (1 for vectors)
+  uint64_t numel = 0;
+  bool vector = false;
+};
 
-// Exact size of an encoded payload of n elements.
-size_t PayloadBytes(Scheme scheme, size_t n);
+// One segment per tensor, following the config (1-D tensors stay dense if asked).
+std::vector<Segment> PlanSegments(const std::vector<TensorShape>& tensors, const CodecConfig& config);
+// A single dense fp32 segment of n elements.
+std::vector<Segment> DenseSegments(uint64_t n);
 
-// Encodes n values; the payload's size is PayloadBytes(scheme, n).
-std::string Encode(Scheme scheme, const float* values, size_t n);
+uint64_t SegmentDataBytes(const Segment& s);
+// Exact size of a payload for these segments.
+uint64_t PayloadBytes(const std::vector<Segment>& segments);
 
-// Validates magic, version, scheme, sizes (against expected_elements) and checksum.
-absl::StatusOr<PayloadHeader> ParseHeader(absl::string_view payload, size_t expected_elements);
+// Error-feedback compression, fused chunk by chunk: ef <- beta * ef + delta (skipped when
+// delta is null), payload = C(ef), ef <- ef - decode(payload). Returns the payload.
+std::string Compress(const std::vector<Segment>& segments, const float* delta, float beta, float* ef);
 
-// sum[i] += decoded[i] for every element, after full validation (nothing is written when
-// the payload is rejected). Decoded values must be finite.
-absl::Status DecodeAccumulate(absl::string_view payload, size_t n, float* sum);
+// Plain encoding of x (no feedback kept).
+std::string Encode(const std::vector<Segment>& segments, const float* x);
+
+// Validates everything (expected_elements must match), then sum[i] += decoded[i]. Nothing
+// is written when the payload is rejected (INVALID_ARGUMENT with the reason).
+absl::Status DecodeAccumulate(absl::string_view payload, size_t expected_elements, float* sum);
 
 }  // namespace muloco

@@ -55,6 +55,14 @@ size_t TotalParams(const ParamLayout& layout) {
   return layout.empty() ? 0 : layout.back().offset + layout.back().numel;
 }
 
+std::vector<TensorShape> CodecShapes(const ParamLayout& layout) {
+  std::vector<TensorShape> out;
+  for (const ParamInfo& p : layout) {
+    out.push_back(TensorShape{static_cast<uint32_t>(p.shape[0]), p.numel, p.shape.size() == 1});
+  }
+  return out;
+}
+
 std::vector<float> InitParams(const v1::ModelSpec& spec, const ParamLayout& layout) {
   std::vector<float> params(TotalParams(layout));
   std::mt19937_64 rng(spec.init_seed());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/codec.h"
 #include "muloco/v1/muloco.pb.h"
 
 namespace muloco {
@@ -39,6 +40,9 @@ absl::Status ValidateModelSpec(const v1::ModelSpec& spec);
 ParamLayout GptLayout(const v1::ModelSpec& spec);
 
 size_t TotalParams(const ParamLayout& layout);
+
+// The tensors' shapes as the codec sees them (rows, element count, 1-D or not).
+std::vector<TensorShape> CodecShapes(const ParamLayout& layout);
 
 // GPT-2 style initialisation: N(0, 0.02) for weights, residual projections scaled by
 // 1/sqrt(2 n_layer), gains 1, biases 0. Deterministic in spec.init_seed.

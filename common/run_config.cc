@@ -31,6 +31,7 @@ v1::RunConfig DefaultRunConfig() {
   c.set_grad_clip(1.0f);
   c.set_uplink_codec("dense-fp32");
   c.set_downlink_codec("dense-fp32");
+  c.set_ef_beta(1.0f);
   c.set_data_seed(1);
   c.set_eval_every(1);
   c.set_eval_batches(8);
@@ -49,8 +50,9 @@ absl::Status ValidateRunConfig(const v1::RunConfig& c) {
   if (!(c.beta1() >= 0 && c.beta1() < 1 && c.beta2() >= 0 && c.beta2() < 1)) return bad("betas must be in [0, 1)");
   if (!(c.adam_eps() > 0 && c.adam_eps() < 1)) return bad("adam_eps must be in (0, 1)");
   if (!(c.grad_clip() >= 0 && std::isfinite(c.grad_clip()))) return bad("grad_clip must be >= 0 (0: off)");
-  if (absl::Status s = ParseScheme(c.uplink_codec()).status(); !s.ok()) return s;
-  if (absl::Status s = ParseScheme(c.downlink_codec()).status(); !s.ok()) return s;
+  if (absl::Status s = ParseCodec(c.uplink_codec()).status(); !s.ok()) return s;
+  if (absl::Status s = ParseCodec(c.downlink_codec()).status(); !s.ok()) return s;
+  if (!(c.ef_beta() >= 0 && c.ef_beta() <= 1)) return bad("ef_beta must be in [0, 1]");
   return absl::OkStatus();
 }
 
@@ -59,7 +61,7 @@ std::string DescribeRunConfig(const v1::RunConfig& c) {
   return absl::StrCat("GPT(vocab ", m.vocab_size(), ", layers ", m.n_layer(), ", heads ", m.n_head(), ", d ",
                       m.d_model(), ", ctx ", m.context(), ") H=", c.inner_steps(), " rounds=", c.total_rounds(),
                       " batch=", c.batch_size(), " lr=", c.inner_lr(), " up=", c.uplink_codec(),
-                      " down=", c.downlink_codec());
+                      " down=", c.downlink_codec(), " ef_beta=", c.ef_beta());
 }
 
 double InnerLearningRate(const v1::RunConfig& c, uint64_t step) {

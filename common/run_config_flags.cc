@@ -30,8 +30,9 @@ ABSL_FLAG(float, beta1, D().beta1(), "Inner AdamW beta1");
 ABSL_FLAG(float, beta2, D().beta2(), "Inner AdamW beta2");
 ABSL_FLAG(float, adam_eps, D().adam_eps(), "Inner AdamW epsilon");
 ABSL_FLAG(float, grad_clip, D().grad_clip(), "Gradient clipping max norm (0: off)");
-ABSL_FLAG(std::string, uplink_codec, D().uplink_codec(), "Worker->server payload codec");
+ABSL_FLAG(std::string, uplink_codec, D().uplink_codec(), "Worker->server codec: dense-fp32, dense-bf16, quant:bits=2,chunk=4096, linear:bits=4, topk:chunk=4096,k=32,bits=2, sign (see common/codec.h)");
 ABSL_FLAG(std::string, downlink_codec, D().downlink_codec(), "Server->worker payload codec");
+ABSL_FLAG(float, ef_beta, D().ef_beta(), "Worker error-feedback decay: e <- ef_beta * e + delta");
 ABSL_FLAG(uint64_t, data_seed, D().data_seed(), "Base data seed; each worker adds its id");
 ABSL_FLAG(uint32_t, eval_every, D().eval_every(), "Rounds between validation evaluations (0: never)");
 ABSL_FLAG(uint32_t, eval_batches, D().eval_batches(), "Validation batches per evaluation");
@@ -60,6 +61,7 @@ v1::RunConfig RunConfigFromFlags() {
   c.set_grad_clip(absl::GetFlag(FLAGS_grad_clip));
   c.set_uplink_codec(absl::GetFlag(FLAGS_uplink_codec));
   c.set_downlink_codec(absl::GetFlag(FLAGS_downlink_codec));
+  c.set_ef_beta(absl::GetFlag(FLAGS_ef_beta));
   c.set_data_seed(absl::GetFlag(FLAGS_data_seed));
   c.set_eval_every(absl::GetFlag(FLAGS_eval_every));
   c.set_eval_batches(absl::GetFlag(FLAGS_eval_batches));

@@ -62,7 +62,10 @@ int main(int argc, char** argv) {
   eo.round_timeout_s = absl::GetFlag(FLAGS_round_timeout_s);
   eo.heartbeat_timeout_s = absl::GetFlag(FLAGS_heartbeat_timeout_s);
   eo.total_rounds = config.total_rounds();
-  eo.downlink = *ParseScheme(config.downlink_codec());
+  const ParamLayout layout = GptLayout(config.model());
+  const size_t n = TotalParams(layout);
+  eo.downlink = PlanSegments(CodecShapes(layout), *ParseCodec(config.downlink_codec()));
+  const std::vector<Segment> uplink = PlanSegments(CodecShapes(layout), *ParseCodec(config.uplink_codec()));
   eo.outer = OuterSgdOptions{absl::GetFlag(FLAGS_outer_lr), absl::GetFlag(FLAGS_outer_momentum),
                              absl::GetFlag(FLAGS_nesterov)};
   if (!(eo.round_timeout_s > 0) || !(eo.heartbeat_timeout_s > 0) || !(eo.outer.lr > 0) ||
@@ -73,10 +76,12 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  const ParamLayout layout = GptLayout(config.model());
   SystemClock clock;
   RoundEngine engine(eo, InitParams(config.model(), layout), &clock);
-  MulocoService service(&engine, config, ServiceOptions{absl::GetFlag(FLAGS_chunk_bytes)});
+  // Pushes may use the run's uplink codec or dense fp32, nothing larger.
+  ServiceOptions so{absl::GetFlag(FLAGS_chunk_bytes),
+                    std::max(PayloadBytes(uplink), PayloadBytes(DenseSegments(n)))};
+  MulocoService service(&engine, config, so);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -116,20 +121,22 @@ int main(int argc, char** argv) {
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 
   const EngineStats st = engine.Stats();
+  const double dense = static_cast<double>(PayloadBytes(DenseSegments(n)));
+  const double down_ratio = st.rounds_closed ? dense * st.rounds_closed / st.bytes_down : 0.0;
   const ModelSnapshot snap = engine.Snapshot();
   if (!absl::GetFlag(FLAGS_save_final).empty() &&
       !WriteFile(absl::GetFlag(FLAGS_save_final), snap.params->data(), snap.params->size() * sizeof(float))) {
     std::fprintf(stderr, "muloco-server: cannot write --save_final\n");
     return 1;
   }
-  const double dense = static_cast<double>(PayloadBytes(Scheme::kDenseFp32, engine.num_params()));
   Logf("server",
-       "summary: %llu rounds closed, %llu pushes, up %llu bytes (%.2fx dense fp32), down %llu bytes per worker, "
+       "summary: %llu rounds closed, %llu pushes, up %llu bytes (%.1fx smaller than dense fp32), down %llu "
+       "bytes per worker (%.1fx smaller), "
        "rejected: %llu unknown worker, %llu wrong round, %llu duplicate, %llu bad payload; evictions %llu; "
        "final checksum %016llx",
        (unsigned long long)st.rounds_closed, (unsigned long long)st.pushes_accepted,
-       (unsigned long long)st.bytes_up, st.pushes_accepted ? st.bytes_up / (dense * st.pushes_accepted) : 0.0,
-       (unsigned long long)st.bytes_down, (unsigned long long)st.rejected_unknown_worker,
+       (unsigned long long)st.bytes_up, st.bytes_up ? dense * st.pushes_accepted / st.bytes_up : 0.0,
+       (unsigned long long)st.bytes_down, down_ratio, (unsigned long long)st.rejected_unknown_worker,
        (unsigned long long)st.rejected_wrong_round, (unsigned long long)st.rejected_duplicate,
        (unsigned long long)st.rejected_bad_payload, (unsigned long long)st.evictions,
        (unsigned long long)snap.checksum);

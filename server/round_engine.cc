@@ -14,6 +14,7 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
     : options_(options),
       clock_(clock),
       num_params_(initial_params.size()),
+      downlink_(options.downlink.empty() ? DenseSegments(initial_params.size()) : options.downlink),
       outer_(options.outer, initial_params.size()),
       theta_true_(initial_params),
       theta_pub_(std::make_shared<const std::vector<float>>(std::move(initial_params))),
@@ -99,10 +100,11 @@ void RoundEngine::CloseRoundLocked() {
   for (size_t i = 0; i < n; ++i) sum_[i] *= inv;  // now the mean pseudo-gradient
   outer_.Step(theta_true_.data(), sum_.data(), n);
 
-  // down = θ_true − θ_pub (reusing sum_), then θ_pub += decode(down), as every worker will.
+  // down = C(θ_true − θ_pub) (reusing sum_), then θ_pub += decode(down), as every worker
+  // will. What the compression leaves out stays in θ_true − θ_pub for later rounds.
   const std::vector<float>& pub = *theta_pub_;
   for (size_t i = 0; i < n; ++i) sum_[i] = theta_true_[i] - pub[i];
-  auto payload = std::make_shared<const std::string>(Encode(options_.downlink, sum_.data(), n));
+  auto payload = std::make_shared<const std::string>(Compress(downlink_, nullptr, 1.0f, sum_.data()));
   auto next_pub = std::make_shared<std::vector<float>>(pub);
   absl::Status applied = DecodeAccumulate(*payload, n, next_pub->data());
   if (!applied.ok()) {

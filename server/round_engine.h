@@ -35,7 +35,7 @@ struct EngineOptions {
   double heartbeat_timeout_s = 30;   // evict a worker silent for this long
   uint64_t total_rounds = 0;         // the run ends after this many rounds (0: never)
   size_t keep_rounds = 8;            // closed rounds kept for late AwaitRound calls
-  Scheme downlink = Scheme::kDenseFp32;
+  std::vector<Segment> downlink;     // downlink encoding (empty: one dense fp32 segment)
   OuterSgdOptions outer;
 };
 
@@ -120,6 +120,7 @@ class RoundEngine {
   const EngineOptions options_;
   const Clock* const clock_;
   const size_t num_params_;
+  const std::vector<Segment> downlink_;
 
   mutable std::mutex mu_;
   std::condition_variable round_closed_;

@@ -14,8 +14,8 @@ MulocoService::MulocoService(RoundEngine* engine, v1::RunConfig config, ServiceO
     : engine_(engine),
       config_(std::move(config)),
       options_(options),
-      // The largest payload any codec produces for this model, with room for headers.
-      max_payload_bytes_(PayloadBytes(Scheme::kDenseFp32, engine->num_params()) + 4096) {}
+      max_payload_bytes_(options.max_payload_bytes ? options.max_payload_bytes
+                                                   : PayloadBytes(DenseSegments(engine->num_params()))) {}
 
 grpc::Status MulocoService::Join(grpc::ServerContext*, const v1::JoinRequest* req, v1::JoinResponse* resp) {
   if (req->protocol_version() != 1) {

@@ -11,7 +11,8 @@
 namespace muloco {
 
 struct ServiceOptions {
-  size_t chunk_bytes = 1 << 20;  // bytes per streamed chunk (model and updates)
+  size_t chunk_bytes = 1 << 20;     // bytes per streamed chunk (model and updates)
+  uint64_t max_payload_bytes = 0;   // larger pushes are refused (0: a dense fp32 model's size)
 };
 
 class MulocoService final : public v1::Muloco::Service {

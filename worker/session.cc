@@ -106,7 +106,8 @@ int RunWorker(const WorkerOptions& o) {
     std::fprintf(stderr, "muloco-worker: data: %s\n", corpus.status().ToString().c_str());
     return 1;
   }
-  const Scheme uplink = *ParseScheme(config.uplink_codec());
+  const ParamLayout layout = GptLayout(config.model());
+  const std::vector<Segment> uplink = PlanSegments(CodecShapes(layout), *ParseCodec(config.uplink_codec()));
   Logf(tag.c_str(), "joined %s as %s at round %llu: %s; data %s", o.server.c_str(), name.c_str(),
        static_cast<unsigned long long>(joined->round()), DescribeRunConfig(config).c_str(),
        corpus->description.c_str());
@@ -130,8 +131,8 @@ int RunWorker(const WorkerOptions& o) {
   };
   if (absl::Status s = resync(); !s.ok()) return fail(s);
 
-  const double dense = static_cast<double>(PayloadBytes(Scheme::kDenseFp32, n));
-  std::vector<float> delta(n);
+  const double dense = static_cast<double>(PayloadBytes(DenseSegments(n)));
+  std::vector<float> delta(n), ef(n, 0.0f);  // error feedback persists across rounds
   uint64_t rounds_done = 0, bytes_up = 0, bytes_down = 0;
   double first_val = -1, last_val = -1;
   auto evaluate = [&](uint64_t round) {
@@ -143,7 +144,9 @@ int RunWorker(const WorkerOptions& o) {
     const uint64_t r = pub.round;
     if (config.eval_every() && r % config.eval_every() == 0) evaluate(r);
     const double train_loss = trainer.TrainRound(pub.params.data(), r * config.inner_steps(), delta.data());
-    const std::string payload = Encode(uplink, delta.data(), n);
+    // ef is updated only once the push is accepted, so a refused push loses nothing.
+    std::vector<float> ef_next = ef;
+    const std::string payload = Compress(uplink, delta.data(), config.ef_beta(), ef_next.data());
     absl::Status pushed = client.Push(id, r, payload, static_cast<float>(train_loss));
     if (pushed.code() == absl::StatusCode::kFailedPrecondition) {
       Logf(tag.c_str(), "push for round %llu refused (%s); resyncing", static_cast<unsigned long long>(r),
@@ -152,6 +155,7 @@ int RunWorker(const WorkerOptions& o) {
       continue;
     }
     if (!pushed.ok()) return fail(pushed);
+    ef.swap(ef_next);
     absl::StatusOr<RoundResult> result = client.AwaitRound(id, r);
     if (result.status().code() == absl::StatusCode::kFailedPrecondition) {
       if (absl::Status s = resync(); !s.ok()) return fail(s);

@@ -16,11 +16,12 @@ MODEL_SEED = 0x6D756C6F636F
 BODY_SEED = 0x626F6479
 
 
-def payload(values, n=None, version=1, scheme=1):
-    """Dense fp32 payload, written from the header layout documented in common/codec.h."""
-    body = np.asarray(values, dtype="<f4").tobytes()
-    n = len(values) if n is None else n
-    return b"MLCP" + struct.pack("<BBHQQQ", version, scheme, 0, n, len(body),
+def payload(values, version=2):
+    """One dense fp32 segment, written from the format documented in common/codec.h."""
+    data = np.asarray(values, dtype="<f4").tobytes()
+    n = len(values)
+    body = struct.pack("<BBHIIIQQ", 1, 32, 0, 0, 0, 1, n, len(data)) + data
+    return b"MLCP" + struct.pack("<BBHQQQ", version, 0, 1, n, len(body),
                                  xxhash.xxh64_intdigest(body, seed=BODY_SEED)) + body
 
 
@@ -52,7 +53,7 @@ class Client:
 
 class BadInput(ClusterTest):
     def test_rejections_leave_the_round_untouched(self):
-        server, addr = self.start_server(*TINY, "--rounds=2", "--inner_steps=4", "--linger_s=5",
+        server, addr = self.start_server(*TINY, "--downlink_codec=dense-fp32", "--rounds=2", "--inner_steps=4", "--linger_s=5",
                                          "--min_quorum=2")
         c = Client(addr)
         me = c.join(pb.JoinRequest(name="probe", protocol_version=1), timeout=10)
@@ -92,7 +93,8 @@ class BadInput(ClusterTest):
         self.assertEqual(update[0].contributors, 2)
         # The downlink applied to the fetched model reproduces the server's checksum.
         down = b"".join(ch.data for ch in update)
-        params = np.frombuffer(model, dtype="<f4") + np.frombuffer(down[32:], dtype="<f4")
+        segments = struct.unpack_from("<H", down, 6)[0]  # all dense fp32: data follows the table
+        params = np.frombuffer(model, dtype="<f4") + np.frombuffer(down[32 + 32 * segments:], dtype="<f4")
         self.assertEqual(xxhash.xxh64_intdigest(params.astype("<f4").tobytes(), seed=MODEL_SEED), update[0].model_checksum)
         self.assertEqual(c.code_of_push(me.worker_id, 0, payload(ok)), grpc.StatusCode.FAILED_PRECONDITION)
         self.assertEqual(c.code_of_push(me.worker_id, 1, payload(ok)), grpc.StatusCode.OK)

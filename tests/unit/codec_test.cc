@@ -1,5 +1,9 @@
-// Dense payload codec: exact sizes, round trips at edge sizes, and hostile input.
+// Payload codec: every scheme round-trips at sizes 0, 1, C-1, C, C+1 and large with sizes
+// equal to their formula; error feedback conserves the signal exactly; hostile payloads are
+// rejected without writes.
 #include "common/codec.h"
+
+#include "common/checksum.h"
 
 #include <gtest/gtest.h>
 
@@ -11,61 +15,207 @@
 namespace muloco {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed) {
+std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
-  std::normal_distribution<float> d;
+  std::normal_distribution<float> d(0.0f, scale);
   std::vector<float> v(n);
   for (float& x : v) x = d(rng);
   return v;
 }
 
-TEST(Codec, DenseRoundTripAndExactSize) {
-  for (size_t n : {0u, 1u, 4095u, 4096u, 4097u, 1000003u}) {
-    std::vector<float> x = Random(n, n);
-    std::string p = Encode(Scheme::kDenseFp32, x.data(), n);
-    EXPECT_EQ(p.size(), 32 + 4 * n);
-    EXPECT_EQ(p.size(), PayloadBytes(Scheme::kDenseFp32, n));
-    std::vector<float> sum(n, 0.5f);
-    ASSERT_TRUE(DecodeAccumulate(p, n, sum.data()).ok());
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(sum[i], 0.5f + x[i]);
+std::vector<float> Decode(const std::string& p, size_t n) {
+  std::vector<float> out(n, 0.0f);
+  absl::Status s = DecodeAccumulate(p, n, out.data());
+  EXPECT_TRUE(s.ok()) << s;
+  return out;
+}
+
+uint64_t Ceil(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+// The payload size, written out independently of the codec for each scheme.
+uint64_t ExpectedBytes(const CodecConfig& c, uint64_t n) {
+  const uint64_t C = c.chunk, nc = Ceil(n, C), bins = 1ull << c.bits;
+  uint64_t data = 0;
+  switch (c.scheme) {
+    case Scheme::kDenseFp32: data = 4 * n; break;
+    case Scheme::kDenseBf16: data = 2 * n; break;
+    case Scheme::kQuant: data = nc * bins * 4 + Ceil(n * c.bits, 8); break;
+    case Scheme::kLinear: data = nc * 8 + Ceil(n * c.bits, 8); break;
+    case Scheme::kSign: data = nc * 4 + Ceil(n, 8); break;
+    case Scheme::kTopK: {
+      const uint64_t kept = (n / C) * c.k + std::min<uint64_t>(c.k, n % C);
+      const uint64_t idx_bits = static_cast<uint64_t>(std::log2(C));
+      data = Ceil(kept * idx_bits, 8) + (c.bits == 32 ? 4 * kept : bins * 4 + Ceil(kept * c.bits, 8));
+      break;
+    }
+  }
+  return 32 + 32 + data;
+}
+
+const char* kSpecs[] = {"dense-fp32", "dense-bf16", "quant:bits=1,chunk=64", "quant:bits=2,chunk=64",
+                        "quant:bits=4,chunk=64", "quant:bits=8,chunk=64", "linear:bits=2,chunk=64",
+                        "linear:bits=8,chunk=64", "topk:chunk=64,k=5,bits=2", "topk:chunk=64,k=5,bits=32",
+                        "topk:chunk=64,k=64,bits=8", "sign:chunk=64"};
+
+TEST(Codec, EverySchemeRoundTripsWithExactSizes) {
+  for (const char* spec : kSpecs) {
+    absl::StatusOr<CodecConfig> c = ParseCodec(spec);
+    ASSERT_TRUE(c.ok()) << spec << ": " << c.status();
+    for (size_t n : {0u, 1u, 63u, 64u, 65u, 100003u}) {
+      std::vector<float> x = Random(n, n + 1);
+      std::vector<Segment> segs = PlanSegments({TensorShape{1, n, false}}, *c);
+      std::vector<float> residual = x;
+      const std::string p = Compress(segs, nullptr, 1.0f, residual.data());
+      ASSERT_EQ(p.size(), ExpectedBytes(*c, n)) << spec << " n=" << n;
+      ASSERT_EQ(p.size(), PayloadBytes(segs));
+      std::vector<float> y = Decode(p, n);
+      double err = 0, energy = 0;
+      for (size_t i = 0; i < n; ++i) {
+        // decoded + residual = input (residual = x - decoded, rounded once)
+        ASSERT_NEAR(y[i] + residual[i], x[i], 1e-6f * (1 + std::fabs(x[i]))) << spec << " i=" << i;
+        err += (x[i] - y[i]) * (x[i] - y[i]);
+        energy += x[i] * x[i];
+      }
+      if (c->scheme == Scheme::kDenseFp32) {
+        EXPECT_EQ(err, 0.0);
+      }
+      if (n > 1000 && c->scheme != Scheme::kTopK) {
+        EXPECT_LT(err, 0.75 * energy) << spec;  // carries signal
+      }
+    }
   }
 }
 
-TEST(Codec, SchemeNames) {
-  EXPECT_EQ(*ParseScheme("dense-fp32"), Scheme::kDenseFp32);
-  EXPECT_EQ(ParseScheme("zip").status().code(), absl::StatusCode::kInvalidArgument);
+TEST(Codec, TopKDecodesOnlyTheLargestPerChunk) {
+  const CodecConfig c = *ParseCodec("topk:chunk=64,k=4,bits=32");
+  std::vector<float> x = Random(200, 9);
+  std::vector<float> y = Decode(Encode(PlanSegments({TensorShape{1, 200, false}}, c), x.data()), 200);
+  for (size_t base = 0; base < 200; base += 64) {
+    const size_t len = std::min<size_t>(64, 200 - base);
+    std::vector<float> mags;
+    for (size_t i = base; i < base + len; ++i) mags.push_back(std::fabs(x[i]));
+    std::sort(mags.rbegin(), mags.rend());
+    const float threshold = mags[std::min<size_t>(4, len) - 1];
+    size_t kept = 0;
+    for (size_t i = base; i < base + len; ++i) {
+      if (y[i] != 0) {
+        ++kept;
+        EXPECT_EQ(y[i], x[i]);
+        EXPECT_GE(std::fabs(x[i]), threshold);
+      }
+    }
+    EXPECT_EQ(kept, std::min<size_t>(4, len));
+  }
+}
+
+TEST(Codec, ErrorFeedbackConservesTheSumOverManyRounds) {
+  // sum of decoded payloads + final residual = sum of inputs (beta = 1), to float tolerance.
+  for (const char* spec : {"quant:bits=2,chunk=64", "topk:chunk=64,k=3,bits=2", "sign:chunk=64", "dense-bf16"}) {
+    const size_t n = 1000;
+    const CodecConfig c = *ParseCodec(spec);
+    const std::vector<Segment> segs = PlanSegments({TensorShape{10, n, false}}, c);
+    std::vector<float> ef(n, 0.0f), decoded(n, 0.0f);
+    std::vector<double> inputs(n, 0.0);
+    for (int r = 0; r < 50; ++r) {
+      std::vector<float> delta = Random(n, 100 + r, 0.01f);
+      for (size_t i = 0; i < n; ++i) inputs[i] += delta[i];
+      const std::string p = Compress(segs, delta.data(), 1.0f, ef.data());
+      ASSERT_TRUE(DecodeAccumulate(p, n, decoded.data()).ok());
+    }
+    double max_gap = 0, max_ef = 0;
+    for (size_t i = 0; i < n; ++i) {
+      max_gap = std::max(max_gap, std::fabs(decoded[i] + ef[i] - inputs[i]));
+      max_ef = std::max(max_ef, static_cast<double>(std::fabs(ef[i])));
+    }
+    EXPECT_LT(max_gap, 1e-5) << spec;
+    EXPECT_LT(max_ef, 1.0) << spec << ": the residual stays bounded";
+  }
+}
+
+TEST(Codec, VectorsStayDenseWhenAsked) {
+  const CodecConfig c = *ParseCodec("quant:bits=2");
+  std::vector<Segment> segs = PlanSegments({TensorShape{64, 64 * 64, false}, TensorShape{1, 64, true}}, c);
+  EXPECT_EQ(segs[0].scheme, Scheme::kQuant);
+  EXPECT_EQ(segs[1].scheme, Scheme::kDenseFp32);
+  segs = PlanSegments({TensorShape{1, 64, true}}, *ParseCodec("quant:bits=2,vectors=same"));
+  EXPECT_EQ(segs[0].scheme, Scheme::kQuant);
+  EXPECT_EQ(CodecName(c), "quant:bits=2,chunk=4096");
+  EXPECT_EQ(CodecName(*ParseCodec(CodecName(*ParseCodec("topk:k=8,bits=4,vectors=same")))),
+            "topk:chunk=4096,k=8,bits=4,vectors=same");
+}
+
+TEST(Codec, BadSpecsAreRefused) {
+  for (const char* spec : {"gzip", "quant:bits=3", "quant:chunk=12", "topk:chunk=100", "topk:k=0", "topk:k=5000",
+                           "sign:bits=2", "quant:bits=x", "quant:color=2", "linear:bits=16", "quant:vectors=maybe"}) {
+    EXPECT_EQ(ParseCodec(spec).status().code(), absl::StatusCode::kInvalidArgument) << spec;
+  }
+}
+
+// Rewrites the checksum so that a corrupted field reaches the field's own validation.
+void Reseal(std::string& p) {
+  if (p.size() < 32) return;
+  const uint64_t c = Checksum64(p.data() + 32, p.size() - 32, 0x626f6479ULL);
+  std::memcpy(&p[24], &c, 8);
 }
 
 TEST(Codec, HostilePayloadsAreRejectedWithoutWrites) {
-  const size_t n = 64;
+  const size_t n = 300;
   std::vector<float> x = Random(n, 7);
-  const std::string good = Encode(Scheme::kDenseFp32, x.data(), n);
   std::vector<std::string> bad;
-  for (size_t len = 0; len < good.size(); len += 7) bad.push_back(good.substr(0, len));  // truncations
-  bad.push_back(good + "x");                                                              // trailing byte
-  std::string p = good; p[0] = 'X'; bad.push_back(p);                                     // magic
-  p = good; p[4] = 2; bad.push_back(p);                                                   // version
-  p = good; p[5] = 99; bad.push_back(p);                                                  // scheme
-  p = good; p[6] = 1; bad.push_back(p);                                                   // reserved
-  p = good; uint64_t huge = ~0ull; std::memcpy(&p[8], &huge, 8); bad.push_back(p);        // element count
-  p = good; std::memcpy(&p[16], &huge, 8); bad.push_back(p);                              // body size
-  p = good; p[40] ^= 0x10; bad.push_back(p);                                              // checksum
+  for (const char* spec : kSpecs) {
+    const std::string good = Encode(PlanSegments({TensorShape{1, n, false}}, *ParseCodec(spec)), x.data());
+    for (size_t len = 0; len < good.size(); len += 5) bad.push_back(good.substr(0, len));  // truncations
+    bad.push_back(good + "x");
+    std::string p = good;
+    p[40] ^= 0x1;  // flips a bit of the segment table: checksum catches it
+    bad.push_back(p);
+    for (size_t field = 32; field < 64; ++field) {  // every segment-table byte, resealed
+      p = good;
+      p[field] ^= 0x5a;
+      Reseal(p);
+      bad.push_back(p);
+    }
+  }
+  std::string p;
+  const std::string dense = Encode(DenseSegments(n), x.data());
+  p = dense; p[0] = 'X'; bad.push_back(p);
+  p = dense; p[4] = 1; bad.push_back(p);  // old format version
+  p = dense; uint64_t huge = ~0ull; std::memcpy(&p[8], &huge, 8); bad.push_back(p);
+  p = dense; std::memcpy(&p[16], &huge, 8); bad.push_back(p);
+  p = dense; uint16_t segs = 9999; std::memcpy(&p[6], &segs, 2); Reseal(p); bad.push_back(p);
   std::vector<float> nan = x; nan[3] = NAN;
-  bad.push_back(Encode(Scheme::kDenseFp32, nan.data(), n));
+  bad.push_back(Encode(DenseSegments(n), nan.data()));
+  // NaN in a quantizer table, a negative sign scale, unsorted and out-of-range top-k indices.
+  p = Encode(PlanSegments({TensorShape{1, n, false}}, *ParseCodec("quant:bits=2,chunk=64")), x.data());
+  float f = NAN; std::memcpy(&p[64 + 4], &f, 4); Reseal(p); bad.push_back(p);
+  p = Encode(PlanSegments({TensorShape{1, n, false}}, *ParseCodec("sign:chunk=64")), x.data());
+  f = -1.0f; std::memcpy(&p[64], &f, 4); Reseal(p); bad.push_back(p);
+  const CodecConfig topk = *ParseCodec("topk:chunk=64,k=5,bits=32");
+  const std::string tk = Encode(PlanSegments({TensorShape{1, n, false}}, topk), x.data());
+  p = tk; p[64] = p[64] ^ 0x3f; Reseal(p); bad.push_back(p);  // the first index changes: order or range breaks
+  {
+    // Every 6-bit index of chunk 0 set to 63 then 0: not ascending.
+    p = tk; p[64] = static_cast<char>(0xff); p[65] = static_cast<char>(0x0f); Reseal(p); bad.push_back(p);
+  }
   std::mt19937 rng(1);
-  for (int i = 0; i < 200; ++i) {
-    std::string r(rng() % 400, '\0');
-    for (char& c : r) c = static_cast<char>(rng());
+  for (int i = 0; i < 300; ++i) {
+    std::string r(rng() % 500, '\0');
+    for (char& ch : r) ch = static_cast<char>(rng());
+    if (i % 2 && r.size() >= 32) std::memcpy(&r[0], "MLCP\x02\x00", 6);
     bad.push_back(r);
   }
+  size_t rejected = 0;
   for (const std::string& b : bad) {
     std::vector<float> sum(n, 1.0f);
-    EXPECT_EQ(DecodeAccumulate(b, n, sum.data()).code(), absl::StatusCode::kInvalidArgument);
-    for (float v : sum) ASSERT_EQ(v, 1.0f);
+    absl::Status s = DecodeAccumulate(b, n, sum.data());
+    if (s.ok()) continue;  // a resealed byte can land on a harmless value (e.g. the same rows)
+    ++rejected;
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    for (float v : sum) ASSERT_EQ(v, 1.0f) << s;
   }
-  // Right payload, wrong model size.
+  EXPECT_GT(rejected, bad.size() * 9 / 10);
   std::vector<float> sum(n + 1, 0.0f);
-  EXPECT_EQ(DecodeAccumulate(good, n + 1, sum.data()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeAccumulate(dense, n + 1, sum.data()).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 namespace muloco {
 namespace {
 
-std::string DensePayload(const std::vector<float>& v) { return Encode(Scheme::kDenseFp32, v.data(), v.size()); }
+std::string DensePayload(const std::vector<float>& v) { return Encode(DenseSegments(v.size()), v.data()); }
 
 struct Fixture {
   explicit Fixture(EngineOptions o = Defaults(), size_t n = 4)

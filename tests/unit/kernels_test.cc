@@ -1,0 +1,189 @@
+// CPU kernels: bit packing, the quantizers (including the 2-bit statistical quantizer's
+// error on N(0,1) against its value computed by numerical integration), top-k selection
+// against brute force, sign packing and majority votes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/bitpack.h"
+#include "kernels/error_feedback.h"
+#include "kernels/quantize.h"
+#include "kernels/sign.h"
+#include "kernels/topk.h"
+
+namespace muloco::kernels {
+namespace {
+
+std::vector<float> Normal(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+TEST(BitPack, CodesAndIndicesRoundTripAtEveryWidth) {
+  std::mt19937 rng(1);
+  for (size_t n : {0u, 1u, 7u, 8u, 9u, 1001u}) {
+    for (int bits : {1, 2, 4, 8}) {
+      std::vector<uint8_t> codes(n), back(n, 0xee);
+      for (auto& c : codes) c = rng() & ((1u << bits) - 1);
+      std::vector<uint8_t> packed(PackedBytes(n, bits), 0xff);
+      cpu::PackCodes(codes.data(), n, bits, packed.data());
+      cpu::UnpackCodes(packed.data(), n, bits, back.data());
+      EXPECT_EQ(codes, back) << n << " " << bits;
+      if (n * bits % 8) {
+        EXPECT_EQ(packed.back() >> (n * bits % 8), 0) << "padding bits must be zero";
+      }
+    }
+    for (int bits : {1, 5, 12, 17, 24}) {
+      std::vector<uint32_t> idx(n), back(n, 0xdeadbeef);
+      for (auto& i : idx) i = rng() & ((1u << bits) - 1);
+      std::vector<uint8_t> packed(PackedBytes(n, bits), 0xff);
+      cpu::PackIndices(idx.data(), n, bits, packed.data());
+      cpu::UnpackIndices(packed.data(), n, bits, back.data());
+      EXPECT_EQ(idx, back) << n << " " << bits;
+    }
+  }
+  EXPECT_EQ(PackedBytes(4096, 12), 6144u);
+}
+
+// E[(x - centroid(bin))^2] for x ~ N(0,1) and the 2-bit statistical quantizer's bins
+// (scale 1.5: boundaries -2.25, -0.75, 0.75; the top bin absorbs the clamped tail).
+double TheoreticalTwoBitMse() {
+  const double edges[5] = {-INFINITY, -2.25, -0.75, 0.75, INFINITY};
+  auto pdf = [](double x) { return std::exp(-x * x / 2) / std::sqrt(2 * M_PI); };
+  auto cdf = [](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); };
+  double mse = 0;
+  for (int b = 0; b < 4; ++b) {
+    const double a = edges[b], z = edges[b + 1];
+    const double p = cdf(z) - cdf(a);
+    const double pa = std::isinf(a) ? 0 : pdf(a), pz = std::isinf(z) ? 0 : pdf(z);
+    const double m1 = pa - pz;                                                   // ∫ x φ
+    const double m2 = p + (std::isinf(a) ? 0 : a * pa) - (std::isinf(z) ? 0 : z * pz);  // ∫ x² φ
+    mse += m2 - m1 * m1 / p;  // ∫ (x - c)² φ with c = m1 / p
+  }
+  return mse;
+}
+
+TEST(Quantize, TwoBitStatisticalErrorOnGaussianIsNearTheory) {
+  const size_t n = 1 << 20;
+  std::vector<float> x = Normal(n, 2);
+  float lut[4];
+  std::vector<uint8_t> codes(n);
+  cpu::StatQuantize(x.data(), n, 2, lut, codes.data());
+  double mse = 0;
+  for (size_t i = 0; i < n; ++i) mse += (x[i] - lut[codes[i]]) * (x[i] - lut[codes[i]]);
+  mse /= n;
+  const double theory = TheoreticalTwoBitMse();
+  EXPECT_NEAR(mse, theory, 0.02 * theory) << "theory " << theory;
+  // The bins are asymmetric by construction (the clamped +2 bin folds into +1), so the
+  // error sits above the optimal 4-level (Lloyd-Max) quantizer's 0.1175.
+  EXPECT_GT(theory, 0.1175);
+  EXPECT_LT(theory, 0.19);
+  EXPECT_TRUE(std::is_sorted(lut, lut + 4));
+}
+
+TEST(Quantize, ErrorShrinksWithBitsAndLinearCoversTheRange) {
+  const size_t n = 1 << 16;
+  std::vector<float> x = Normal(n, 3);
+  double last = 1e9;
+  for (int bits : {1, 2, 4, 8}) {
+    std::vector<float> lut(NumBins(bits)), sum(n, 0.0f);
+    std::vector<uint8_t> codes(n);
+    cpu::StatQuantize(x.data(), n, bits, lut.data(), codes.data());
+    cpu::DequantizeAccumulate(lut.data(), codes.data(), n, sum.data());
+    double mse = 0;
+    for (size_t i = 0; i < n; ++i) mse += (x[i] - sum[i]) * (x[i] - sum[i]);
+    EXPECT_LT(mse / n, last) << bits;
+    last = mse / n;
+    float lo, step;
+    cpu::LinearQuantize(x.data(), n, bits, &lo, &step, codes.data());
+    std::vector<float> table(NumBins(bits));
+    LinearTable(lo, step, bits, table.data());
+    EXPECT_EQ(lo, *std::min_element(x.begin(), x.end()));
+    for (size_t i = 0; i < n; ++i) ASSERT_LE(std::fabs(table[codes[i]] - x[i]), step / 2 * 1.0001f + 1e-6f);
+  }
+  EXPECT_LT(last, 1e-3);
+}
+
+TEST(Quantize, ConstantAndEmptyChunks) {
+  std::vector<float> x(100, 3.5f);
+  float lut[4];
+  std::vector<uint8_t> codes(100);
+  cpu::StatQuantize(x.data(), 100, 2, lut, codes.data());
+  for (uint8_t c : codes) EXPECT_EQ(lut[c], 3.5f);
+  cpu::StatQuantize(nullptr, 0, 2, lut, nullptr);
+  for (float v : lut) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(TopK, KeepsExactlyTheKLargestMagnitudes) {
+  std::mt19937 rng(4);
+  for (size_t n : {1u, 7u, 64u, 4096u}) {
+    std::vector<float> x = Normal(n, n);
+    for (size_t i = 0; i < n; i += 5) x[i] = x[(i * 7) % n];  // plenty of ties
+    for (size_t k : {size_t{1}, n / 2 + 1, n}) {
+      std::vector<uint32_t> idx(k);
+      cpu::TopKChunk(x.data(), n, k, idx.data());
+      std::vector<uint32_t> all(n);
+      std::iota(all.begin(), all.end(), 0u);
+      std::stable_sort(all.begin(), all.end(), [&](uint32_t a, uint32_t b) { return std::fabs(x[a]) > std::fabs(x[b]); });
+      std::vector<uint32_t> want(all.begin(), all.begin() + k);
+      std::sort(want.begin(), want.end());
+      EXPECT_EQ(idx, want) << n << " " << k;
+    }
+  }
+}
+
+TEST(Sign, PackAndScaledDecode) {
+  std::vector<float> x = {1.0f, -2.0f, 0.0f, -0.0f, 3.0f, -1e-30f, 5.0f, -5.0f, 0.5f};
+  std::vector<uint8_t> bits(PackedBytes(x.size(), 1));
+  cpu::SignPack(x.data(), x.size(), bits.data());
+  EXPECT_EQ(bits[0], 0b01011101);
+  EXPECT_EQ(bits[1], 0b1);
+  std::vector<float> sum(x.size(), 0.0f);
+  cpu::SignAccumulate(bits.data(), x.size(), 2.0f, sum.data());
+  EXPECT_EQ(sum[0], 2.0f);
+  EXPECT_EQ(sum[1], -2.0f);
+  EXPECT_FLOAT_EQ(cpu::MeanAbs(x.data(), x.size()), (1 + 2 + 3 + 1e-30f + 5 + 5 + 0.5f) / 9);
+}
+
+TEST(Sign, MajorityVoteForOddAndEvenWorkerCounts) {
+  std::mt19937 rng(5);
+  const size_t n = 333;
+  for (int workers : {1, 2, 3, 4, 7, 8}) {
+    std::vector<int32_t> counts(n, 0), brute(n, 0);
+    for (int w = 0; w < workers; ++w) {
+      std::vector<float> x = Normal(n, rng());
+      std::vector<uint8_t> bits(PackedBytes(n, 1));
+      cpu::SignPack(x.data(), n, bits.data());
+      cpu::VoteAccumulate(bits.data(), n, counts.data());
+      for (size_t i = 0; i < n; ++i) brute[i] += x[i] >= 0 ? 1 : -1;
+    }
+    EXPECT_EQ(counts, brute);
+    std::vector<float> vote(n);
+    cpu::VoteSign(counts.data(), n, vote.data());
+    size_t ties = 0;
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(vote[i], brute[i] > 0 ? 1.0f : (brute[i] < 0 ? -1.0f : 0.0f));
+      ties += brute[i] == 0;
+    }
+    if (workers % 2) EXPECT_EQ(ties, 0u);
+    else EXPECT_GT(ties, 0u);  // even counts do tie, and ties vote 0
+  }
+}
+
+TEST(ErrorFeedback, UpdateIsBetaEPlusDelta) {
+  std::vector<float> e = {1, 2, 3}, d = {0.5f, -1, 0};
+  cpu::EfUpdate(e.data(), d.data(), 3, 0.5f);
+  EXPECT_EQ(e, (std::vector<float>{1.0f, 0.0f, 1.5f}));
+  cpu::EfUpdate(e.data(), d.data(), 3, 1.0f);
+  EXPECT_EQ(e, (std::vector<float>{1.5f, -1.0f, 1.5f}));
+}
+
+}  // namespace
+}  // namespace muloco::kernels
