@@ -2,7 +2,10 @@
 // backward, clipping, AdamW) for the demo model on the fortunes corpus, and the bytes one
 // worker sends and receives per round. bench/run.sh sets it beside bench/torch_eager_gpt.py.
 //
-//   train_speed [--steps=30] [--threads=1] [--warmup=3] [--data=PATH]
+//   train_speed [--steps=30] [--threads=1] [--warmup=3] [--data=PATH] [run-config flags]
+//
+// The run-config flags (the server's: --uplink_codec=quant:bits=2, --batch_size, ...) default
+// to DefaultRunConfig(), the demo run.
 //
 // Besides the human-readable lines it prints `muloco_<name> <value>` lines for scripts.
 #include <ATen/Parallel.h>
@@ -18,6 +21,7 @@
 #include "common/codec.h"
 #include "common/model_layout.h"
 #include "common/run_config.h"
+#include "common/run_config_flags.h"
 #include "worker/data.h"
 #include "worker/trainer.h"
 
@@ -38,7 +42,11 @@ int main(int argc, char** argv) {
   }
   at::set_num_threads(threads);
 
-  const v1::RunConfig config = DefaultRunConfig();
+  const v1::RunConfig config = RunConfigFromFlags();
+  if (absl::Status s = ValidateRunConfig(config); !s.ok()) {
+    std::fprintf(stderr, "train_speed: %s\n", s.ToString().c_str());
+    return 2;
+  }
   const v1::ModelSpec& spec = config.model();
   absl::StatusOr<Corpus> corpus =
       LoadCorpus(absl::GetFlag(FLAGS_data), "", spec.vocab_size(), spec.context());
@@ -65,8 +73,11 @@ int main(int argc, char** argv) {
 
   const double tokens = static_cast<double>(config.batch_size()) * spec.context() * steps;
   const double tokens_per_s = tokens / seconds;
-  const size_t up = PayloadBytes(Scheme::kDenseFp32, n);    // uplink codec: dense-fp32
-  const size_t down = PayloadBytes(Scheme::kDenseFp32, n);  // downlink codec: dense-fp32
+  // Exact payload sizes for the run's codecs (validated above), headers included.
+  const std::vector<TensorShape> shapes = CodecShapes(layout);
+  const uint64_t up = PayloadBytes(PlanSegments(shapes, *ParseCodec(config.uplink_codec())));
+  const uint64_t down = PayloadBytes(PlanSegments(shapes, *ParseCodec(config.downlink_codec())));
+  const uint64_t dense = PayloadBytes(DenseSegments(n));
 
   std::printf("model: %s\n", DescribeRunConfig(config).c_str());
   std::printf("corpus: %s\n", corpus->description.c_str());
@@ -74,13 +85,18 @@ int main(int argc, char** argv) {
   std::printf("loss: %.4f (first warmup step) -> %.4f (last timed step)\n", first_loss, last_loss);
   std::printf("inner loop: %.3f s for %.0f tokens = %.0f tokens/s (%.2f ms/step)\n", seconds, tokens, tokens_per_s,
               1e3 * seconds / steps);
-  std::printf("per round per worker: up %zu bytes (%s), down %zu bytes (%s), payload bodies + %zu-byte headers\n",
-              up, config.uplink_codec().c_str(), down, config.downlink_codec().c_str(), kPayloadHeaderBytes);
+  // Payload bytes, headers included; gRPC/HTTP2 framing of the streamed chunks comes on top.
+  std::printf("per round per worker: up %llu bytes (%s; dense fp32 is %.2fx that), down %llu bytes (%s; %.2fx)\n",
+              static_cast<unsigned long long>(up), config.uplink_codec().c_str(), static_cast<double>(dense) / up,
+              static_cast<unsigned long long>(down), config.downlink_codec().c_str(), static_cast<double>(dense) / down);
   std::printf("muloco_threads %d\n", threads);
   std::printf("muloco_params %zu\n", n);
   std::printf("muloco_tokens_per_s %.0f\n", tokens_per_s);
   std::printf("muloco_step_ms %.3f\n", 1e3 * seconds / steps);
-  std::printf("muloco_bytes_up_per_round %zu\n", up);
-  std::printf("muloco_bytes_down_per_round %zu\n", down);
+  std::printf("muloco_uplink_codec %s\n", config.uplink_codec().c_str());
+  std::printf("muloco_downlink_codec %s\n", config.downlink_codec().c_str());
+  std::printf("muloco_bytes_up_per_round %llu\n", static_cast<unsigned long long>(up));
+  std::printf("muloco_bytes_down_per_round %llu\n", static_cast<unsigned long long>(down));
+  std::printf("muloco_bytes_dense_fp32 %llu\n", static_cast<unsigned long long>(dense));
   return 0;
 }
