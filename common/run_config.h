@@ -9,7 +9,7 @@
 
 namespace muloco {
 
-// The demo configuration: a small byte-level GPT, H = 20, dense fp32 both ways.
+// The demo configuration: a small byte-level GPT, H = 20, 2-bit + error feedback both ways.
 v1::RunConfig DefaultRunConfig();
 
 // Rejects configurations no worker could run (zero sizes, bad codecs, lr out of range).

@@ -128,10 +128,14 @@ void RoundEngine::CloseRoundLocked() {
 
   ++stats_.rounds_closed;
   stats_.bytes_down += update.payload->size();
-  Logf("server", "round %llu closed: %u contributors, %zu expected, up %llu bytes, down %zu bytes, checksum %016llx%s",
+  const double dense = static_cast<double>(PayloadBytes(DenseSegments(n)));
+  Logf("server",
+       "round %llu closed: %u contributors, %zu expected, up %llu bytes (%.1fx smaller than dense fp32), "
+       "down %zu bytes (%.1fx), checksum %016llx%s",
        static_cast<unsigned long long>(update.round), update.contributors, expected_.size(),
-       static_cast<unsigned long long>(update.bytes_up),
-       update.payload->size(), static_cast<unsigned long long>(update.checksum), update.done ? " (final)" : "");
+       static_cast<unsigned long long>(update.bytes_up), dense * update.contributors / update.bytes_up,
+       update.payload->size(), dense / update.payload->size(), static_cast<unsigned long long>(update.checksum),
+       update.done ? " (final)" : "");
 
   done_ = update.done;
   open_round_ = update.next_round;

@@ -31,7 +31,8 @@ class Compression(ClusterTest):
         return float(final.group(1)), float(final.group(2)), int(final.group(3)), int(final.group(4))
 
     def test_two_bit_both_ways_is_near_lossless_with_12x_less_traffic(self):
-        dense_loss, start, dense_up, dense_down = self.run_cluster("dense")
+        dense_loss, start, dense_up, dense_down = self.run_cluster(
+            "dense", "--uplink_codec=dense-fp32", "--downlink_codec=dense-fp32")
         loss, start2, up, down = self.run_cluster("q2", *COMPRESSED)
         print(f"dense {dense_loss:.4f}  2-bit {loss:.4f} ({100 * (loss / dense_loss - 1):+.2f}%)  "
               f"up {dense_up / up:.1f}x  down {dense_down / down:.1f}x smaller")
