@@ -500,4 +500,20 @@ absl::Status DecodeAccumulate(absl::string_view payload, size_t expected_element
   return absl::OkStatus();
 }
 
+absl::Status VoteAccumulate(absl::string_view payload, size_t expected_elements, int32_t* counts) {
+  absl::StatusOr<Parsed> p = Parse(payload, expected_elements);
+  if (!p.ok()) return p.status();
+  for (size_t i = 0; i < p->segments.size(); ++i) {
+    if (p->segments[i].scheme != Scheme::kSign) return Bad(absl::StrCat("vote payloads hold sign segments only; segment ", i, " is ", Name(p->segments[i].scheme)));
+    if (absl::Status s = DecodeSegment<false>(p->segments[i], p->data[i], nullptr); !s.ok()) return s;
+  }
+  uint64_t off = 0;
+  for (size_t i = 0; i < p->segments.size(); ++i) {
+    const Segment& s = p->segments[i];
+    kc::VoteAccumulate(reinterpret_cast<const uint8_t*>(p->data[i] + NumChunks(s) * 4), s.numel, counts + off);
+    off += s.numel;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace muloco

@@ -96,4 +96,8 @@ std::string Encode(const std::vector<Segment>& segments, const float* x);
 // is written when the payload is rejected (INVALID_ARGUMENT with the reason).
 absl::Status DecodeAccumulate(absl::string_view payload, size_t expected_elements, float* sum);
 
+// Majority-vote counting (SignMuon): every segment must be a sign segment; validates like
+// DecodeAccumulate, then counts[i] += +1 (bit set) or -1. The scales are ignored.
+absl::Status VoteAccumulate(absl::string_view payload, size_t expected_elements, int32_t* counts);
+
 }  // namespace muloco

@@ -23,6 +23,10 @@ enum class ParamKind {
   kBias,       // LayerNorm biases
 };
 
+// Muon's share of the model: the 2-D hidden matrices. Embeddings, the LM head, gains and
+// biases stay with AdamW.
+inline bool UsesMuon(ParamKind kind) { return kind == ParamKind::kMatrix; }
+
 struct ParamInfo {
   std::string name;
   std::vector<int64_t> shape;

@@ -1,25 +1,43 @@
 // The run configuration the server hands every worker in Join (the proto message is the one
-// definition), with its defaults and validation.
+// definition): presets, validation, and the inner learning-rate schedule.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "muloco/v1/muloco.pb.h"
 
 namespace muloco {
 
-// The demo configuration: a small byte-level GPT, H = 20, 2-bit + error feedback both ways.
+// Complete configurations, one per method (model and schedule are the demo's in each):
+//   diloco       AdamW inner, dense fp32 both ways, outer Nesterov SGD lr 0.7 momentum 0.9
+//   muloco       Muon inner (AdamW for embeddings, head, gains, biases), dense, outer 0.7 / 0.6
+//   muloco-2bit  muloco with 2-bit linear quantization + error feedback both ways (default)
+//   sparseloco   AdamW inner, top-k 32 of 4096 with 2-bit values + EF (beta 0.999) up, 2-bit
+//                down; outer lr 1, no momentum (error feedback takes momentum's place)
+//   signmuon     H = 1: each worker sends the signs of its Muon direction (1 bit per
+//                parameter); the server applies the majority vote W <- W - outer_lr * V
+inline constexpr char kDefaultPreset[] = "muloco-2bit";
+std::vector<std::string> PresetNames();
+absl::StatusOr<v1::RunConfig> PresetConfig(absl::string_view name);
+
+// PresetConfig(kDefaultPreset).
 v1::RunConfig DefaultRunConfig();
 
-// Rejects configurations no worker could run (zero sizes, bad codecs, lr out of range).
+// Rejects configurations no worker could run (zero sizes, bad codecs, lr out of range,
+// a signmuon run without a sign uplink).
 absl::Status ValidateRunConfig(const v1::RunConfig& config);
 
 // One line for logs.
 std::string DescribeRunConfig(const v1::RunConfig& config);
 
-// Inner learning rate at global inner step `step` (0-based): linear warmup to inner_lr over
-// warmup_steps, then cosine decay to inner_lr * inner_min_lr_ratio at total_rounds * H.
+// Inner learning-rate multiplier at global inner step `step` (0-based) in [0, 1]: linear
+// warmup over warmup_steps, then cosine decay to inner_min_lr_ratio at total_rounds * H.
+double LearningRateFactor(const v1::RunConfig& config, uint64_t step);
+// inner_lr * LearningRateFactor.
 double InnerLearningRate(const v1::RunConfig& config, uint64_t step);
 
 }  // namespace muloco

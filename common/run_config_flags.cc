@@ -1,9 +1,16 @@
-// Flag definitions for the run configuration; defaults come from DefaultRunConfig().
+// Flag definitions for the run configuration. --preset picks a complete configuration
+// (common/run_config.h); any flag given on the command line then overrides its field. The
+// defaults shown by --help are the default preset's.
 #include "common/run_config_flags.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
+#include "common/cli.h"
 #include "common/run_config.h"
 
 namespace {
@@ -13,6 +20,9 @@ const muloco::v1::RunConfig& D() {
 }
 }  // namespace
 
+ABSL_FLAG(std::string, preset, muloco::kDefaultPreset,
+          "Complete configuration: diloco, muloco, muloco-2bit, sparseloco, signmuon (flags below override it)");
+ABSL_FLAG(std::string, mode, D().mode(), "diloco (mean + outer SGD) or signmuon (majority vote)");
 ABSL_FLAG(uint32_t, vocab_size, D().model().vocab_size(), "Model: vocabulary size (256 for bytes)");
 ABSL_FLAG(uint32_t, n_layer, D().model().n_layer(), "Model: transformer layers");
 ABSL_FLAG(uint32_t, n_head, D().model().n_head(), "Model: attention heads");
@@ -22,49 +32,90 @@ ABSL_FLAG(uint64_t, init_seed, D().model().init_seed(), "Model: initialisation s
 ABSL_FLAG(uint32_t, inner_steps, D().inner_steps(), "H: inner optimizer steps per round");
 ABSL_FLAG(uint32_t, rounds, D().total_rounds(), "Outer rounds in the run");
 ABSL_FLAG(uint32_t, batch_size, D().batch_size(), "Sequences per inner step (per worker)");
+ABSL_FLAG(std::string, inner_optimizer, D().inner_optimizer(), "adamw, or muon (Muon for hidden matrices, AdamW for the rest)");
 ABSL_FLAG(float, inner_lr, D().inner_lr(), "Inner AdamW peak learning rate");
-ABSL_FLAG(float, inner_min_lr_ratio, D().inner_min_lr_ratio(), "Cosine schedule floor, as a fraction of inner_lr");
+ABSL_FLAG(float, inner_min_lr_ratio, D().inner_min_lr_ratio(), "Cosine schedule floor, as a fraction of the peak");
 ABSL_FLAG(uint32_t, warmup_steps, D().warmup_steps(), "Linear warmup steps of the inner schedule");
-ABSL_FLAG(float, weight_decay, D().weight_decay(), "Inner AdamW decoupled weight decay");
+ABSL_FLAG(float, weight_decay, D().weight_decay(), "Decoupled weight decay (AdamW and Muon)");
 ABSL_FLAG(float, beta1, D().beta1(), "Inner AdamW beta1");
 ABSL_FLAG(float, beta2, D().beta2(), "Inner AdamW beta2");
 ABSL_FLAG(float, adam_eps, D().adam_eps(), "Inner AdamW epsilon");
 ABSL_FLAG(float, grad_clip, D().grad_clip(), "Gradient clipping max norm (0: off)");
-ABSL_FLAG(std::string, uplink_codec, D().uplink_codec(), "Worker->server codec: dense-fp32, dense-bf16, quant:bits=2,chunk=4096, linear:bits=4, topk:chunk=4096,k=32,bits=2, sign (see common/codec.h)");
-ABSL_FLAG(std::string, downlink_codec, D().downlink_codec(), "Server->worker payload codec");
+ABSL_FLAG(float, muon_lr, D().muon_lr(), "Muon peak learning rate (same schedule as inner_lr)");
+ABSL_FLAG(float, muon_momentum, D().muon_momentum(), "Muon momentum (EMA beta, Nesterov look-ahead)");
+ABSL_FLAG(std::string, muon_scale, D().muon_scale(), "Muon update scale: shape (sqrt(max(1,rows/cols))) or adamw (0.2 sqrt(max(rows,cols)))");
+ABSL_FLAG(uint32_t, ns_steps, D().ns_steps(), "Newton-Schulz iterations");
+ABSL_FLAG(std::string, uplink_codec, D().uplink_codec(),
+          "Worker->server codec: dense-fp32, dense-bf16, quant:bits=2,chunk=4096, linear:bits=2,chunk=256, "
+          "topk:chunk=4096,k=32,bits=2, sign:chunk=4096 (see common/codec.h)");
+ABSL_FLAG(std::string, downlink_codec, D().downlink_codec(), "Server->worker codec (same choices)");
 ABSL_FLAG(float, ef_beta, D().ef_beta(), "Worker error-feedback decay: e <- ef_beta * e + delta");
+ABSL_FLAG(float, outer_lr, D().outer_lr(), "Outer learning rate (diloco: SGD; signmuon: the vote's step)");
+ABSL_FLAG(float, outer_momentum, D().outer_momentum(), "Outer SGD momentum (lr 1, momentum 0: plain averaging)");
+ABSL_FLAG(bool, nesterov, D().outer_nesterov(), "Use Nesterov momentum in the outer step");
+ABSL_FLAG(bool, signmuon_polar, D().signmuon_polar(), "signmuon: Newton-Schulz polar step on each matrix's vote");
 ABSL_FLAG(uint64_t, data_seed, D().data_seed(), "Base data seed; each worker adds its id");
 ABSL_FLAG(uint32_t, eval_every, D().eval_every(), "Rounds between validation evaluations (0: never)");
 ABSL_FLAG(uint32_t, eval_batches, D().eval_batches(), "Validation batches per evaluation");
 
 namespace muloco {
+namespace {
+
+using Setter = std::function<void(v1::RunConfig&)>;
+
+// Each run-config flag and how it writes its field.
+std::vector<std::pair<const char*, Setter>> Fields() {
+#define F(flag, expr) {#flag, [](v1::RunConfig& c) { const auto v = absl::GetFlag(FLAGS_##flag); expr; }}
+  return {
+      F(mode, c.set_mode(v)),
+      F(vocab_size, c.mutable_model()->set_vocab_size(v)),
+      F(n_layer, c.mutable_model()->set_n_layer(v)),
+      F(n_head, c.mutable_model()->set_n_head(v)),
+      F(d_model, c.mutable_model()->set_d_model(v)),
+      F(context, c.mutable_model()->set_context(v)),
+      F(init_seed, c.mutable_model()->set_init_seed(v)),
+      F(inner_steps, c.set_inner_steps(v)),
+      F(rounds, c.set_total_rounds(v)),
+      F(batch_size, c.set_batch_size(v)),
+      F(inner_optimizer, c.set_inner_optimizer(v)),
+      F(inner_lr, c.set_inner_lr(v)),
+      F(inner_min_lr_ratio, c.set_inner_min_lr_ratio(v)),
+      F(warmup_steps, c.set_warmup_steps(v)),
+      F(weight_decay, c.set_weight_decay(v)),
+      F(beta1, c.set_beta1(v)),
+      F(beta2, c.set_beta2(v)),
+      F(adam_eps, c.set_adam_eps(v)),
+      F(grad_clip, c.set_grad_clip(v)),
+      F(muon_lr, c.set_muon_lr(v)),
+      F(muon_momentum, c.set_muon_momentum(v)),
+      F(muon_scale, c.set_muon_scale(v)),
+      F(ns_steps, c.set_ns_steps(v)),
+      F(uplink_codec, c.set_uplink_codec(v)),
+      F(downlink_codec, c.set_downlink_codec(v)),
+      F(ef_beta, c.set_ef_beta(v)),
+      F(outer_lr, c.set_outer_lr(v)),
+      F(outer_momentum, c.set_outer_momentum(v)),
+      F(nesterov, c.set_outer_nesterov(v)),
+      F(signmuon_polar, c.set_signmuon_polar(v)),
+      F(data_seed, c.set_data_seed(v)),
+      F(eval_every, c.set_eval_every(v)),
+      F(eval_batches, c.set_eval_batches(v)),
+  };
+#undef F
+}
+
+}  // namespace
 
 v1::RunConfig RunConfigFromFlags() {
-  v1::RunConfig c;
-  v1::ModelSpec* m = c.mutable_model();
-  m->set_vocab_size(absl::GetFlag(FLAGS_vocab_size));
-  m->set_n_layer(absl::GetFlag(FLAGS_n_layer));
-  m->set_n_head(absl::GetFlag(FLAGS_n_head));
-  m->set_d_model(absl::GetFlag(FLAGS_d_model));
-  m->set_context(absl::GetFlag(FLAGS_context));
-  m->set_init_seed(absl::GetFlag(FLAGS_init_seed));
-  c.set_inner_steps(absl::GetFlag(FLAGS_inner_steps));
-  c.set_total_rounds(absl::GetFlag(FLAGS_rounds));
-  c.set_batch_size(absl::GetFlag(FLAGS_batch_size));
-  c.set_inner_lr(absl::GetFlag(FLAGS_inner_lr));
-  c.set_inner_min_lr_ratio(absl::GetFlag(FLAGS_inner_min_lr_ratio));
-  c.set_warmup_steps(absl::GetFlag(FLAGS_warmup_steps));
-  c.set_weight_decay(absl::GetFlag(FLAGS_weight_decay));
-  c.set_beta1(absl::GetFlag(FLAGS_beta1));
-  c.set_beta2(absl::GetFlag(FLAGS_beta2));
-  c.set_adam_eps(absl::GetFlag(FLAGS_adam_eps));
-  c.set_grad_clip(absl::GetFlag(FLAGS_grad_clip));
-  c.set_uplink_codec(absl::GetFlag(FLAGS_uplink_codec));
-  c.set_downlink_codec(absl::GetFlag(FLAGS_downlink_codec));
-  c.set_ef_beta(absl::GetFlag(FLAGS_ef_beta));
-  c.set_data_seed(absl::GetFlag(FLAGS_data_seed));
-  c.set_eval_every(absl::GetFlag(FLAGS_eval_every));
-  c.set_eval_batches(absl::GetFlag(FLAGS_eval_batches));
+  absl::StatusOr<v1::RunConfig> preset = PresetConfig(absl::GetFlag(FLAGS_preset));
+  if (!preset.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(preset.status().message()).c_str());
+    std::exit(2);
+  }
+  v1::RunConfig c = *std::move(preset);
+  for (const auto& [name, set] : Fields()) {
+    if (FlagGiven(name)) set(c);
+  }
   return c;
 }
 

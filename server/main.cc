@@ -27,9 +27,6 @@ ABSL_FLAG(std::string, port_file, "", "If set, write the bound port here once se
 ABSL_FLAG(uint32_t, min_quorum, 1, "Pushes required before a round may close");
 ABSL_FLAG(double, round_timeout_s, 120, "After a round's first push, close it this many seconds later at most");
 ABSL_FLAG(double, heartbeat_timeout_s, 30, "Evict a worker silent for this many seconds");
-ABSL_FLAG(float, outer_lr, 0.7f, "Outer SGD learning rate (1 with momentum 0: plain averaging)");
-ABSL_FLAG(float, outer_momentum, 0.9f, "Outer SGD momentum");
-ABSL_FLAG(bool, nesterov, true, "Use Nesterov momentum in the outer step");
 ABSL_FLAG(uint32_t, chunk_bytes, 1 << 20, "Bytes per streamed chunk");
 ABSL_FLAG(double, linger_s, 30, "After the final round, keep serving until all workers leave or this passes");
 ABSL_FLAG(std::string, save_final, "", "If set, write the final public parameters (raw fp32) here");
@@ -66,13 +63,18 @@ int main(int argc, char** argv) {
   const size_t n = TotalParams(layout);
   eo.downlink = PlanSegments(CodecShapes(layout), *ParseCodec(config.downlink_codec()));
   const std::vector<Segment> uplink = PlanSegments(CodecShapes(layout), *ParseCodec(config.uplink_codec()));
-  eo.outer = OuterSgdOptions{absl::GetFlag(FLAGS_outer_lr), absl::GetFlag(FLAGS_outer_momentum),
-                             absl::GetFlag(FLAGS_nesterov)};
-  if (!(eo.round_timeout_s > 0) || !(eo.heartbeat_timeout_s > 0) || !(eo.outer.lr > 0) ||
-      !(eo.outer.momentum >= 0 && eo.outer.momentum < 1) || absl::GetFlag(FLAGS_chunk_bytes) < 4) {
-    std::fprintf(stderr,
-                 "muloco-server: need round_timeout_s > 0, heartbeat_timeout_s > 0, outer_lr > 0, "
-                 "0 <= outer_momentum < 1, chunk_bytes >= 4\n");
+  eo.outer = OuterSgdOptions{config.outer_lr(), config.outer_momentum(), config.outer_nesterov()};
+  if (config.mode() == "signmuon") {
+    eo.aggregation = Aggregation::kVote;
+    eo.polar_steps = static_cast<int>(config.ns_steps());
+    for (const ParamInfo& p : layout) {
+      if (config.signmuon_polar() && UsesMuon(p.kind)) {
+        eo.polar.push_back(MatrixRange{p.offset, static_cast<size_t>(p.shape[0]), static_cast<size_t>(p.shape[1])});
+      }
+    }
+  }
+  if (!(eo.round_timeout_s > 0) || !(eo.heartbeat_timeout_s > 0) || absl::GetFlag(FLAGS_chunk_bytes) < 4) {
+    std::fprintf(stderr, "muloco-server: need round_timeout_s > 0, heartbeat_timeout_s > 0, chunk_bytes >= 4\n");
     return 2;
   }
 

@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
 #include "common/log.h"
+#include "kernels/sign.h"
+#include "server/newton_schulz.h"
 
 namespace muloco {
 
@@ -18,7 +20,8 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
       outer_(options.outer, initial_params.size()),
       theta_true_(initial_params),
       theta_pub_(std::make_shared<const std::vector<float>>(std::move(initial_params))),
-      sum_(num_params_, 0.0f) {
+      sum_(num_params_, 0.0f),
+      votes_(options.aggregation == Aggregation::kVote ? num_params_ : 0, 0) {
   pub_checksum_ = ParamChecksum(theta_pub_->data(), num_params_);
 }
 
@@ -74,7 +77,10 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
     ++stats_.rejected_duplicate;
     return absl::AlreadyExistsError(absl::StrCat("worker ", worker_id, " already pushed round ", round));
   }
-  if (absl::Status s = DecodeAccumulate(payload, num_params_, sum_.data()); !s.ok()) {
+  const absl::Status s = options_.aggregation == Aggregation::kVote
+                             ? VoteAccumulate(payload, num_params_, votes_.data())
+                             : DecodeAccumulate(payload, num_params_, sum_.data());
+  if (!s.ok()) {
     ++stats_.rejected_bad_payload;
     return s;
   }
@@ -96,8 +102,14 @@ void RoundEngine::MaybeCloseLocked() {
 
 void RoundEngine::CloseRoundLocked() {
   const size_t n = num_params_;
-  const float inv = 1.0f / static_cast<float>(pushed_.size());
-  for (size_t i = 0; i < n; ++i) sum_[i] *= inv;  // now the mean pseudo-gradient
+  if (options_.aggregation == Aggregation::kVote) {
+    kernels::cpu::VoteSign(votes_.data(), n, sum_.data());  // g = sign(Σ s_k), ties 0
+    for (const MatrixRange& m : options_.polar) PolarNewtonSchulz(sum_.data() + m.offset, m.rows, m.cols, options_.polar_steps);
+    std::fill(votes_.begin(), votes_.end(), 0);
+  } else {
+    const float inv = 1.0f / static_cast<float>(pushed_.size());
+    for (size_t i = 0; i < n; ++i) sum_[i] *= inv;  // now the mean pseudo-gradient
+  }
   outer_.Step(theta_true_.data(), sum_.data(), n);
 
   // down = C(θ_true − θ_pub) (reusing sum_), then θ_pub += decode(down), as every worker

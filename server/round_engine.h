@@ -6,7 +6,7 @@
 // have pushed and either every expected worker has pushed or round_timeout_s has passed
 // since the round's first push. Expected workers are those live when the round opened,
 // plus joiners that arrive before the round's first push; later joiners may still push.
-// Closing: g = mean of pushed Δ; outer SGD on θ_true; down = C(θ_true − θ_pub);
+// Closing: g = mean of pushed Δ (or their majority vote); outer SGD on θ_true; down = C(θ_true − θ_pub);
 // θ_pub += decode(down). θ_true − θ_pub is the downlink's error feedback.
 #pragma once
 
@@ -29,6 +29,17 @@
 
 namespace muloco {
 
+// How pushed payloads become the outer gradient g.
+enum class Aggregation {
+  kMean,  // g = mean of the decoded pseudo-gradients (DiLoCo, MuLoCo)
+  kVote,  // g = sign(sum of the workers' sign bits), ties 0 (SignMuon); payloads hold signs only
+};
+
+// A matrix inside the flat parameter buffer.
+struct MatrixRange {
+  size_t offset = 0, rows = 0, cols = 0;
+};
+
 struct EngineOptions {
   size_t min_quorum = 1;             // pushes required before a round may close
   double round_timeout_s = 120;      // after a round's first push, stop waiting for stragglers
@@ -37,6 +48,9 @@ struct EngineOptions {
   size_t keep_rounds = 8;            // closed rounds kept for late AwaitRound calls
   std::vector<Segment> downlink;     // downlink encoding (empty: one dense fp32 segment)
   OuterSgdOptions outer;
+  Aggregation aggregation = Aggregation::kMean;
+  std::vector<MatrixRange> polar;    // kVote: matrices whose vote gets a Newton–Schulz polar step
+  int polar_steps = 5;
 };
 
 // The global update that closed a round.
@@ -135,6 +149,7 @@ class RoundEngine {
   std::set<uint64_t> expected_;                        // guarded by mu_
   std::set<uint64_t> pushed_;                          // guarded by mu_
   std::vector<float> sum_;                             // guarded by mu_
+  std::vector<int32_t> votes_;                         // guarded by mu_ (kVote only)
   double first_push_time_ = -1;                        // guarded by mu_
   uint64_t round_bytes_up_ = 0;                        // guarded by mu_
   std::deque<RoundUpdate> history_;                    // guarded by mu_

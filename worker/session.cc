@@ -133,6 +133,7 @@ int RunWorker(const WorkerOptions& o) {
 
   const double dense = static_cast<double>(PayloadBytes(DenseSegments(n)));
   std::vector<float> delta(n), ef(n, 0.0f);  // error feedback persists across rounds
+  const bool signmuon = config.mode() == "signmuon";
   uint64_t rounds_done = 0, bytes_up = 0, bytes_down = 0;
   double first_val = -1, last_val = -1;
   auto evaluate = [&](uint64_t round) {
@@ -143,10 +144,18 @@ int RunWorker(const WorkerOptions& o) {
   for (;;) {
     const uint64_t r = pub.round;
     if (config.eval_every() && r % config.eval_every() == 0) evaluate(r);
-    const double train_loss = trainer.TrainRound(pub.params.data(), r * config.inner_steps(), delta.data());
-    // ef is updated only once the push is accepted, so a refused push loses nothing.
     std::vector<float> ef_next = ef;
-    const std::string payload = Compress(uplink, delta.data(), config.ef_beta(), ef_next.data());
+    double train_loss = 0;
+    std::string payload;
+    if (signmuon) {
+      // The vote needs only each coordinate's sign: no error feedback.
+      train_loss = trainer.SignDirection(pub.params.data(), delta.data());
+      payload = Compress(uplink, nullptr, 1.0f, delta.data());
+    } else {
+      // ef is updated only once the push is accepted, so a refused push loses nothing.
+      train_loss = trainer.TrainRound(pub.params.data(), r * config.inner_steps(), delta.data());
+      payload = Compress(uplink, delta.data(), config.ef_beta(), ef_next.data());
+    }
     absl::Status pushed = client.Push(id, r, payload, static_cast<float>(train_loss));
     if (pushed.code() == absl::StatusCode::kFailedPrecondition) {
       Logf(tag.c_str(), "push for round %llu refused (%s); resyncing", static_cast<unsigned long long>(r),

@@ -1,23 +1,35 @@
-// Trainer: Gpt + torch::optim::AdamW (decay on matrices and embeddings, none on gains and
-// biases), warmup + cosine schedule, gradient-norm clipping.
+// Trainer: Gpt + inner optimizers. AdamW (decay on matrices and embeddings, none on gains and
+// biases) for everything, or Muon for the hidden matrices and AdamW for the rest; warmup +
+// cosine schedule on both learning rates; gradient-norm clipping.
 #include "worker/trainer.h"
 
 #include <torch/torch.h>
 
+#include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "common/run_config.h"
 #include "worker/gpt.h"
+#include "worker/muon.h"
 
 namespace muloco {
 
 struct Trainer::Impl {
   Impl(const v1::RunConfig& c, const Corpus* corpus, uint64_t seed)
       : config(c), corpus(corpus), model(c.model()), rng(seed) {
-    std::vector<torch::Tensor> decay, no_decay;
+    const bool use_muon = c.inner_optimizer() == "muon";
+    std::vector<torch::Tensor> matrices, decay, no_decay;
     for (size_t i = 0; i < model.layout().size(); ++i) {
       const ParamKind kind = model.layout()[i].kind;
-      (kind == ParamKind::kGain || kind == ParamKind::kBias ? no_decay : decay).push_back(model.params()[i]);
+      const torch::Tensor& p = model.params()[i];
+      if (use_muon && UsesMuon(kind)) {
+        matrices.push_back(p);
+        muon_names.push_back(model.layout()[i].name);
+      } else {
+        (kind == ParamKind::kGain || kind == ParamKind::kBias ? no_decay : decay).push_back(p);
+        adam_params.push_back(p);
+      }
     }
     auto options = [&](double wd) {
       return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(c.inner_lr())
@@ -28,7 +40,16 @@ struct Trainer::Impl {
     std::vector<torch::optim::OptimizerParamGroup> groups;
     groups.emplace_back(decay, options(c.weight_decay()));
     groups.emplace_back(no_decay, options(0.0));
-    optimizer = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(c.inner_lr()));
+    adamw = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(c.inner_lr()));
+    if (use_muon) {
+      MuonOptions mo;
+      mo.momentum = c.muon_momentum();
+      mo.nesterov = c.mode() != "signmuon";  // SignMuon orthogonalises the momentum EMA itself
+      mo.ns_steps = static_cast<int>(c.ns_steps());
+      mo.scale = c.muon_scale() == "adamw" ? MuonScale::kMatchAdamW : MuonScale::kShape;
+      mo.weight_decay = c.weight_decay();
+      muon = std::make_unique<Muon>(matrices, mo);
+    }
     // Fixed validation windows, the same on every worker.
     std::mt19937_64 eval_rng(0x76616c);
     const size_t window = c.model().context();
@@ -42,10 +63,24 @@ struct Trainer::Impl {
     return torch::tensor(tokens, torch::kInt64).view({static_cast<int64_t>(config.batch_size()), -1});
   }
 
+  // Forward and backward on a fresh batch (gradients clipped); returns the loss.
+  double Gradients(const std::vector<int64_t>& tokens) {
+    for (torch::Tensor& p : model.params()) p.mutable_grad() = torch::Tensor();
+    torch::Tensor loss = model.Loss(Batch(tokens));
+    loss.backward();
+    if (config.grad_clip() > 0) torch::nn::utils::clip_grad_norm_(model.params(), config.grad_clip());
+    return loss.item<double>();
+  }
+
   const v1::RunConfig config;
   const Corpus* corpus;
   Gpt model;
-  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<torch::optim::AdamW> adamw;  // everything Muon does not take
+  std::unique_ptr<Muon> muon;                  // hidden matrices, when inner_optimizer is muon
+  std::vector<std::string> muon_names;
+  std::vector<torch::Tensor> adam_params;
+  std::vector<torch::Tensor> sign_m, sign_v;   // SignMuon: Adam moments of non-matrix tensors
+  uint64_t sign_steps = 0;
   std::mt19937_64 rng;
   std::vector<int64_t> scratch;
   std::vector<torch::Tensor> eval_batches;
@@ -67,17 +102,51 @@ double Trainer::InnerStep(uint64_t step) {
 
 double Trainer::InnerStepOn(const std::vector<int64_t>& tokens, uint64_t step) {
   Impl& m = *impl_;
-  const double lr = InnerLearningRate(m.config, step);
-  for (torch::optim::OptimizerParamGroup& g : m.optimizer->param_groups()) {
-    static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+  const double factor = LearningRateFactor(m.config, step);
+  for (torch::optim::OptimizerParamGroup& g : m.adamw->param_groups()) {
+    static_cast<torch::optim::AdamWOptions&>(g.options()).lr(m.config.inner_lr() * factor);
   }
-  m.optimizer->zero_grad();
-  torch::Tensor loss = m.model.Loss(m.Batch(tokens));
-  loss.backward();
-  if (m.config.grad_clip() > 0) torch::nn::utils::clip_grad_norm_(m.model.params(), m.config.grad_clip());
-  m.optimizer->step();
-  return loss.item<double>();
+  const double loss = m.Gradients(tokens);
+  m.adamw->step();
+  if (m.muon) m.muon->Step(m.config.muon_lr() * factor);
+  return loss;
 }
+
+double Trainer::SignDirection(const float* global, float* direction) {
+  Impl& m = *impl_;
+  SetParams(global);
+  SampleWindows(m.corpus->train, m.config.batch_size(), m.config.model().context(), m.rng, m.scratch);
+  const double loss = m.Gradients(m.scratch);
+  torch::NoGradGuard no_grad;
+  const double b1 = m.config.beta1(), b2 = m.config.beta2();
+  ++m.sign_steps;
+  size_t muon_i = 0, adam_i = 0;
+  for (size_t i = 0; i < m.model.params().size(); ++i) {
+    const ParamInfo& info = m.model.layout()[i];
+    torch::Tensor dir;
+    if (m.muon && UsesMuon(info.kind)) {
+      dir = m.muon->Direction(muon_i++);
+    } else {
+      // Adam's direction m_hat / (sqrt(v_hat) + eps): its sign is what the worker votes.
+      const torch::Tensor& g = m.model.params()[i].grad();
+      if (m.sign_m.size() <= adam_i) {
+        m.sign_m.push_back(torch::zeros_like(g));
+        m.sign_v.push_back(torch::zeros_like(g));
+      }
+      m.sign_m[adam_i].mul_(b1).add_(g, 1 - b1);
+      m.sign_v[adam_i].mul_(b2).addcmul_(g, g, 1 - b2);
+      const torch::Tensor m_hat = m.sign_m[adam_i] / (1 - std::pow(b1, m.sign_steps));
+      const torch::Tensor v_hat = m.sign_v[adam_i] / (1 - std::pow(b2, m.sign_steps));
+      dir = m_hat / (v_hat.sqrt() + m.config.adam_eps());
+      ++adam_i;
+    }
+    torch::Tensor flat = dir.contiguous().to(torch::kFloat32);
+    std::memcpy(direction + info.offset, flat.data_ptr<float>(), info.numel * sizeof(float));
+  }
+  return loss;
+}
+
+std::vector<std::string> Trainer::MuonTensorNames() const { return impl_->muon_names; }
 
 double Trainer::TrainRound(const float* global, uint64_t first_step, float* delta) {
   const size_t n = num_params();

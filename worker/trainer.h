@@ -1,10 +1,11 @@
-// The inner loop of one worker, with no gRPC in it: H AdamW steps from the global
-// parameters, the pseudo-gradient Δ = θ_global − θ_local, and validation loss. The AdamW
+// The inner loop of one worker, with no gRPC in it: H inner steps (AdamW, or Muon + AdamW)
+// from the global parameters, the pseudo-gradient Δ = θ_global − θ_local, and validation loss. The AdamW
 // state persists across rounds. LibTorch stays behind this header (pimpl).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "muloco/v1/muloco.pb.h"
@@ -31,6 +32,14 @@ class Trainer {
   // SetParams(global), H inner steps from first_step, delta = global − local.
   // Returns the mean training loss over the H steps.
   double TrainRound(const float* global, uint64_t first_step, float* delta);
+
+  // SignMuon: one gradient at `global`; writes each tensor's direction (Muon's polar factor
+  // of its momentum for hidden matrices, Adam's m_hat / (sqrt(v_hat) + eps) for the rest)
+  // into `direction`; its signs are the worker's vote. Returns the batch loss.
+  double SignDirection(const float* global, float* direction);
+
+  // Names of the tensors Muon updates (empty for AdamW runs).
+  std::vector<std::string> MuonTensorNames() const;
 
   // Mean validation loss of `flat` over the run's fixed validation windows (no grad).
   // Leaves the model's own parameters unchanged.

@@ -81,7 +81,7 @@ TEST(Reference, OuterPlainMomentumMatchesTorch) { ExpectOuterSgdMatchesTorch(0.5
 TEST(Reference, OuterAveragingMatchesTorch) { ExpectOuterSgdMatchesTorch(1.0f, 0.0f, false); }
 
 TEST(Reference, GptInnerAdamWStepsMatchTorch) {
-  v1::RunConfig c = DefaultRunConfig();
+  v1::RunConfig c = *PresetConfig("diloco");
   v1::ModelSpec* m = c.mutable_model();
   m->set_n_layer(2);
   m->set_n_head(2);

@@ -1,0 +1,100 @@
+// libFuzzer target for the payload decoder (common/codec.h: DecodeAccumulate).
+//
+// Input: 2 control bytes (expected element count n and optional header fix-ups, see
+// fuzz_input.h), then the payload. Whatever the bytes, decoding must either
+//   - succeed, leaving every element of sum finite (and the same result on a second decode), or
+//   - fail with INVALID_ARGUMENT and leave sum bit-for-bit untouched,
+// and never read or write out of bounds or hit undefined behaviour (ASan, UBSan). Anything
+// else aborts, which libFuzzer reports as a crash with the input saved.
+//
+// Built and run by tests/fuzz/run_fuzz.sh.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "common/codec.h"
+#include "tests/fuzz/fuzz_input.h"
+
+namespace {
+
+using muloco::fuzz::kControlBytes;
+
+// The finite starting value of every element of sum, compared bit for bit after a rejection.
+constexpr float kPoison = 3.25f;
+
+[[noreturn]] void Fail(const char* what, const absl::Status& s, size_t n, size_t bytes) {
+  std::fprintf(stderr, "decode_fuzzer: %s (n=%zu, payload %zu bytes, status: %s)\n", what, n, bytes,
+               s.ToString().c_str());
+  std::abort();
+}
+
+// Start-up self-check: the harness's checksum fix-up must agree with the codec, or the
+// fix-up mode would silently test nothing but "checksum mismatch".
+void SelfCheck() {
+  const std::vector<float> x = {1.0f, -2.0f, 0.5f};
+  std::string p = muloco::Encode(muloco::DenseSegments(x.size()), x.data());
+  p[24] ^= 0x5a;  // break the checksum
+  std::vector<float> sum(x.size(), 0.0f);
+  if (muloco::DecodeAccumulate(p, x.size(), sum.data()).ok()) {
+    std::fprintf(stderr, "decode_fuzzer: a payload with a broken checksum was accepted\n");
+    std::abort();
+  }
+  muloco::fuzz::ApplyFixes(muloco::fuzz::kFixAll, x.size(), p.data(), p.size());
+  const absl::Status s = muloco::DecodeAccumulate(p, x.size(), sum.data());
+  if (!s.ok() || sum != x) {
+    std::fprintf(stderr, "decode_fuzzer: the harness's checksum fix-up disagrees with the codec: %s\n",
+                 s.ToString().c_str());
+    std::abort();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  SelfCheck();
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < kControlBytes) return -1;  // not added to the corpus
+  const uint16_t control = static_cast<uint16_t>(data[0] | (data[1] << 8));
+  const size_t n = muloco::fuzz::ElementsOf(control);
+
+  // Exact-size heap copies, so any read past the payload or write past sum trips ASan.
+  const size_t bytes = size - kControlBytes;
+  std::unique_ptr<char[]> payload(new char[bytes]);
+  if (bytes) std::memcpy(payload.get(), data + kControlBytes, bytes);
+  muloco::fuzz::ApplyFixes(control, n, payload.get(), bytes);
+  const absl::string_view view(payload.get(), bytes);
+
+  std::unique_ptr<float[]> sum(new float[n]);
+  for (size_t i = 0; i < n; ++i) sum[i] = kPoison;
+
+  const absl::Status s = muloco::DecodeAccumulate(view, n, sum.get());
+  if (!s.ok()) {
+    if (s.code() != absl::StatusCode::kInvalidArgument) Fail("rejected with a code other than INVALID_ARGUMENT", s, n, bytes);
+    if (s.message().empty()) Fail("rejected without a reason", s, n, bytes);
+    for (size_t i = 0; i < n; ++i) {
+      if (std::memcmp(&sum[i], &kPoison, sizeof(float)) != 0) Fail("rejected payload wrote to sum", s, n, bytes);
+    }
+    return 0;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(sum[i])) Fail("accepted payload produced a non-finite sum", s, n, bytes);
+  }
+  // Decoding is a pure function of the payload: a second decode adds exactly the same values.
+  std::unique_ptr<float[]> again(new float[n]);
+  for (size_t i = 0; i < n; ++i) again[i] = kPoison;
+  const absl::Status s2 = muloco::DecodeAccumulate(view, n, again.get());
+  if (!s2.ok()) Fail("second decode of an accepted payload failed", s2, n, bytes);
+  if (n && std::memcmp(sum.get(), again.get(), n * sizeof(float)) != 0) Fail("two decodes differ", s2, n, bytes);
+  return 0;
+}
