@@ -4,6 +4,8 @@
   torch_reference.py sgd DIR    outer step: torch.optim.SGD(lr, momentum, nesterov)
   torch_reference.py adamw DIR  inner steps: a GPT written here from scratch, trained with
                                 torch.optim.AdamW, warmup + cosine schedule, grad clipping
+  torch_reference.py muon DIR   Muon steps written from Keller Jordan's description (momentum
+                                EMA, Nesterov, quintic Newton-Schulz, shape scale, decoupled decay)
 
 DIR holds config.json and raw little-endian inputs written by tests/unit/reference_test.cc;
 outputs are written back into DIR.
@@ -91,9 +93,46 @@ def adamw(d, cfg):
     np.array(losses, dtype=np.float64).tofile(f"{d}/expected_losses.f64")
 
 
+def newton_schulz(g, steps, coeffs):
+    a, b, c = coeffs
+    x = g.float()
+    tall = x.size(0) > x.size(1)
+    if tall:
+        x = x.T
+    x = x / (x.norm() + 1e-7)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.T if tall else x
+
+
+def muon(d, cfg):
+    shapes, steps = cfg["shapes"], cfg["steps"]
+    flat = np.fromfile(f"{d}/params.f32", dtype=np.float32)
+    grads = np.fromfile(f"{d}/grads.f32", dtype=np.float32).reshape(steps, -1)
+    params, bufs, off = [], [], 0
+    for r, c in shapes:
+        params.append(torch.tensor(flat[off:off + r * c].reshape(r, c)))
+        bufs.append(torch.zeros(r, c))
+        off += r * c
+    beta, lr, wd = cfg["momentum"], cfg["lr"], cfg["weight_decay"]
+    for s in range(steps):
+        off = 0
+        for p, buf in zip(params, bufs):
+            r, c = p.shape
+            g = torch.tensor(grads[s, off:off + r * c].reshape(r, c))
+            off += r * c
+            buf.mul_(beta).add_(g, alpha=1 - beta)             # EMA momentum
+            u = g * (1 - beta) + buf * beta if cfg["nesterov"] else buf.clone()
+            u = newton_schulz(u, cfg["ns_steps"], cfg["coeffs"])
+            u = u * (max(1.0, r / c) ** 0.5 if cfg["scale"] == "shape" else 0.2 * max(r, c) ** 0.5)
+            p.mul_(1 - lr * wd).sub_(lr * u)
+    np.concatenate([p.numpy().ravel() for p in params]).astype(np.float32).tofile(f"{d}/expected.f32")
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     mode, d = sys.argv[1], sys.argv[2]
     with open(f"{d}/config.json") as f:
         cfg = json.load(f)
-    {"sgd": sgd, "adamw": adamw}[mode](d, cfg)
+    {"sgd": sgd, "adamw": adamw, "muon": muon}[mode](d, cfg)

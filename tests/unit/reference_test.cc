@@ -1,6 +1,7 @@
 // Golden checks against PyTorch (Debian's python3-torch) run by tests/reference/torch_reference.py:
 // the outer Nesterov step equals torch.optim.SGD(nesterov=True); H inner steps of our GPT with
-// AdamW, schedule and clipping equal a from-scratch PyTorch GPT with torch.optim.AdamW.
+// AdamW, schedule and clipping equal a from-scratch PyTorch GPT with torch.optim.AdamW; Muon
+// steps equal an independent PyTorch Muon.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #include "common/run_config.h"
 #include "server/outer_optimizer.h"
 #include "worker/data.h"
+#include "worker/muon.h"
 #include "worker/trainer.h"
 
 namespace muloco {
@@ -145,6 +147,61 @@ TEST(Reference, GptInnerAdamWStepsMatchTorch) {
   EXPECT_GT(moved, 1e-2);      // the reference really trained
   EXPECT_LT(max_diff, 2e-5);   // and we land on the same parameters
 }
+
+void ExpectMuonMatchesTorch(bool nesterov, MuonScale scale) {
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{16, 24}, {40, 12}, {8, 8}};
+  const size_t steps = 5;
+  size_t n = 0;
+  for (auto [r, c] : shapes) n += r * c;
+  const std::vector<float> flat = Normal(n, 21, 0.5f), grads = Normal(n * steps, 22, 0.1f);
+  const std::string dir = TempDir("muon");
+  WriteRaw(dir + "/params.f32", flat);
+  WriteRaw(dir + "/grads.f32", grads);
+  MuonOptions o;
+  o.nesterov = nesterov;
+  o.scale = scale;
+  o.weight_decay = 0.1;
+  const double lr = 0.02;
+  std::ofstream(dir + "/config.json") << "{\"shapes\": [[16, 24], [40, 12], [8, 8]], \"steps\": " << steps
+                                      << ", \"momentum\": " << o.momentum << ", \"nesterov\": "
+                                      << (nesterov ? "true" : "false") << ", \"ns_steps\": " << o.ns_steps
+                                      << ", \"coeffs\": [3.4445, -4.7750, 2.0315], \"scale\": \""
+                                      << (scale == MuonScale::kShape ? "shape" : "adamw") << "\", \"lr\": " << lr
+                                      << ", \"weight_decay\": " << o.weight_decay << "}";
+  RunReference("muon", dir);
+  const std::vector<float> expected = ReadRaw<float>(dir + "/expected.f32");
+  ASSERT_EQ(expected.size(), n);
+
+  std::vector<torch::Tensor> params;
+  size_t off = 0;
+  for (auto [r, c] : shapes) {
+    params.push_back(torch::from_blob(const_cast<float*>(flat.data() + off), {r, c}).clone());
+    off += r * c;
+  }
+  Muon muon(params, o);
+  for (size_t s = 0; s < steps; ++s) {
+    off = 0;
+    for (torch::Tensor& p : params) {
+      p.mutable_grad() = torch::from_blob(const_cast<float*>(grads.data() + s * n + off), p.sizes()).clone();
+      off += p.numel();
+    }
+    muon.Step(lr);
+  }
+  off = 0;
+  double max_diff = 0, moved = 0;
+  for (const torch::Tensor& p : params) {
+    const float* v = p.data_ptr<float>();
+    for (int64_t i = 0; i < p.numel(); ++i, ++off) {
+      max_diff = std::max(max_diff, static_cast<double>(std::fabs(v[i] - expected[off])));
+      moved = std::max(moved, static_cast<double>(std::fabs(expected[off] - flat[off])));
+    }
+  }
+  EXPECT_GT(moved, 0.01);
+  EXPECT_LT(max_diff, 1e-5);
+}
+
+TEST(Reference, MuonNesterovStepsMatchTorch) { ExpectMuonMatchesTorch(true, MuonScale::kShape); }
+TEST(Reference, MuonPlainMomentumAdamWScaleMatchesTorch) { ExpectMuonMatchesTorch(false, MuonScale::kMatchAdamW); }
 
 }  // namespace
 }  // namespace muloco
