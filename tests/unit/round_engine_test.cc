@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -220,6 +221,45 @@ TEST(RoundEngine, AwaitOpenRoundTimesOutWithDeadlineExceeded) {
   Fixture f;
   f.engine.Join("a");
   EXPECT_EQ(f.engine.AwaitRound(0, 0.01).status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+// SignMuon: θ ← θ − lr · sign(Σ_k sign(d_k)), ties (even worker counts) moving nothing.
+TEST(RoundEngine, MajorityVoteStepEqualsItsFormula) {
+  const size_t n = 203;
+  const std::vector<Segment> signs = PlanSegments({TensorShape{7, 203, false}}, *ParseCodec("sign:chunk=64"));
+  for (int workers : {1, 2, 3, 4, 5, 6}) {
+    EngineOptions o = Fixture::Defaults();
+    o.aggregation = Aggregation::kVote;
+    o.outer = OuterSgdOptions{0.01f, 0.0f, false};
+    Fixture f(o, n);
+    std::vector<uint64_t> ids;
+    for (int w = 0; w < workers; ++w) ids.push_back(f.engine.Join("w").worker_id);
+    std::vector<int> sum(n, 0);
+    std::mt19937 rng(workers);
+    for (int w = 0; w < workers; ++w) {
+      std::vector<float> d(n);
+      for (float& v : d) v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000);
+      for (size_t i = 0; i < n; ++i) sum[i] += d[i] >= 0 ? 1 : -1;
+      ASSERT_TRUE(f.engine.Push(ids[w], 0, Encode(signs, d.data())).ok());
+    }
+    const std::vector<float>& theta = *f.engine.Snapshot().params;
+    size_t ties = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const float vote = sum[i] > 0 ? 1.0f : (sum[i] < 0 ? -1.0f : 0.0f);
+      ASSERT_EQ(theta[i], 1.0f - 0.01f * vote) << workers << " workers, i " << i;
+      ties += sum[i] == 0;
+    }
+    EXPECT_EQ(ties > 0, workers % 2 == 0) << workers;  // odd counts never tie
+  }
+}
+
+TEST(RoundEngine, VoteRoundsRefuseNonSignPayloads) {
+  EngineOptions o = Fixture::Defaults();
+  o.aggregation = Aggregation::kVote;
+  Fixture f(o);
+  auto a = f.engine.Join("a");
+  EXPECT_EQ(f.engine.Push(a.worker_id, 0, DensePayload({1, 2, 3, 4})).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.engine.Stats().rejected_bad_payload, 1u);
 }
 
 }  // namespace
