@@ -32,7 +32,13 @@ void UnpackCodes(const uint8_t* in, size_t n, int bits, uint8_t* codes) {
   }
   const int per_byte = 8 / bits;
   const uint8_t mask = static_cast<uint8_t>((1u << bits) - 1);
-  for (size_t i = 0; i < n; ++i) codes[i] = (in[i / per_byte] >> ((i % per_byte) * bits)) & mask;
+  const size_t full = n / per_byte;
+  for (size_t j = 0; j < full; ++j) {  // per byte: no division per element
+    const uint8_t v = in[j];
+    uint8_t* c = codes + j * per_byte;
+    for (int t = 0; t < per_byte; ++t) c[t] = (v >> (t * bits)) & mask;
+  }
+  for (size_t i = full * per_byte; i < n; ++i) codes[i] = (in[full] >> ((i - full * per_byte) * bits)) & mask;
 }
 
 void PackIndices(const uint32_t* idx, size_t n, int bits, uint8_t* out) {

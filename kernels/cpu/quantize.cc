@@ -26,7 +26,7 @@ void Moments(const float* x, size_t n, double* sum, double* sumsq) {
 }
 
 inline uint8_t Code(float t, int nbins) {
-  const float r = std::nearbyint(t);  // round half to even (default rounding mode)
+  const float r = std::rint(t);  // round half to even (default rounding mode); inlined, unlike nearbyint
   return static_cast<uint8_t>(std::min(std::max(r, 0.0f), static_cast<float>(nbins - 1)));
 }
 
@@ -54,13 +54,13 @@ void StatQuantize(const float* x, size_t n, int bits, float* lut, uint8_t* codes
   // Per-bin sums of c in fixed lane order; counts are exact in any order.
   double bin_sum[16][kLanes] = {};
   size_t count[16] = {};
+  // Two passes: the code pass vectorises; the scatter into bins cannot.
+  for (size_t i = 0; i < n; ++i) codes[i] = Code((x[i] - mu) * inv + offset, nbins);
   for (size_t base = 0; base < n; base += kLanes) {
     const size_t m = std::min<size_t>(kLanes, n - base);
     for (size_t j = 0; j < m; ++j) {
-      const float c = x[base + j] - mu;
-      const uint8_t q = Code(c * inv + offset, nbins);
-      codes[base + j] = q;
-      bin_sum[q][j] += c;
+      const uint8_t q = codes[base + j];
+      bin_sum[q][j] += x[base + j] - mu;
       ++count[q];
     }
   }

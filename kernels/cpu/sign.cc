@@ -33,12 +33,14 @@ float MeanAbs(const float* x, size_t n) {
   return static_cast<float>(TreeReduce(lanes) / n);
 }
 
+// Branch-free: the bits are random, so a branch per element would mispredict half the time.
 void SignAccumulate(const uint8_t* bits, size_t n, float scale, float* sum) {
-  for (size_t i = 0; i < n; ++i) sum[i] += ((bits[i / 8] >> (i % 8)) & 1) ? scale : -scale;
+  const float pm[2] = {-scale, scale};
+  for (size_t i = 0; i < n; ++i) sum[i] += pm[(bits[i / 8] >> (i % 8)) & 1];
 }
 
 void VoteAccumulate(const uint8_t* bits, size_t n, int32_t* counts) {
-  for (size_t i = 0; i < n; ++i) counts[i] += ((bits[i / 8] >> (i % 8)) & 1) ? 1 : -1;
+  for (size_t i = 0; i < n; ++i) counts[i] += 2 * ((bits[i / 8] >> (i % 8)) & 1) - 1;
 }
 
 void VoteSign(const int32_t* counts, size_t n, float* out) {

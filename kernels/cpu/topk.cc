@@ -3,22 +3,26 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
+#include <cstring>
+#include <functional>
 #include <vector>
 
 namespace muloco::kernels::cpu {
 
+// One 64-bit key per element, (|x| bits << 32) | ~index: for finite x, |x|'s bit pattern
+// orders like its value, so the largest keys are the larger magnitudes, lower index first.
 void TopKChunk(const float* x, size_t n, size_t k, uint32_t* idx) {
   if (k == 0) return;
-  thread_local std::vector<uint32_t> order;
-  order.resize(n);
-  std::iota(order.begin(), order.end(), 0u);
-  auto before = [x](uint32_t a, uint32_t b) {
-    const float fa = std::fabs(x[a]), fb = std::fabs(x[b]);
-    return fa > fb || (fa == fb && a < b);
-  };
-  if (k < n) std::nth_element(order.begin(), order.begin() + (k - 1), order.end(), before);
-  std::copy(order.begin(), order.begin() + k, idx);
+  thread_local std::vector<uint64_t> keys;
+  keys.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t mag;
+    const float a = std::fabs(x[i]);
+    std::memcpy(&mag, &a, 4);
+    keys[i] = (static_cast<uint64_t>(mag) << 32) | static_cast<uint32_t>(~i);
+  }
+  if (k < n) std::nth_element(keys.begin(), keys.begin() + (k - 1), keys.end(), std::greater<uint64_t>());
+  for (size_t j = 0; j < k; ++j) idx[j] = ~static_cast<uint32_t>(keys[j]);
   std::sort(idx, idx + k);
 }
 
