@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -19,6 +20,7 @@
 #include "common/model_layout.h"
 #include "common/run_config.h"
 #include "common/run_config_flags.h"
+#include "server/checkpoint.h"
 #include "server/round_engine.h"
 #include "server/service.h"
 
@@ -29,6 +31,9 @@ ABSL_FLAG(double, round_timeout_s, 120, "After a round's first push, close it th
 ABSL_FLAG(double, heartbeat_timeout_s, 30, "Evict a worker silent for this many seconds");
 ABSL_FLAG(uint32_t, chunk_bytes, 1 << 20, "Bytes per streamed chunk");
 ABSL_FLAG(double, linger_s, 30, "After the final round, keep serving until all workers leave or this passes");
+ABSL_FLAG(std::string, checkpoint_dir, "", "Checkpoint here and resume from the newest good checkpoint on start");
+ABSL_FLAG(uint32_t, checkpoint_every, 1, "Rounds between checkpoints (also on the final round and on SIGTERM)");
+ABSL_FLAG(uint32_t, keep_checkpoints, 3, "Checkpoints kept (the newest)");
 ABSL_FLAG(std::string, save_final, "", "If set, write the final public parameters (raw fp32) here");
 
 namespace {
@@ -49,7 +54,18 @@ int main(int argc, char** argv) {
   ParseCommandLine(argc, argv,
                    "muloco-server: DiLoCo/MuLoCo aggregation server.\n"
                    "  muloco-server --listen=0.0.0.0:7070 --rounds=10 --inner_steps=20");
-  const v1::RunConfig config = RunConfigFromFlags();
+  const std::string ckpt_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  std::optional<ServerState> resumed;
+  if (!ckpt_dir.empty()) {
+    if (std::system(("mkdir -p '" + ckpt_dir + "'").c_str()) != 0) {
+      std::fprintf(stderr, "muloco-server: cannot create --checkpoint_dir %s\n", ckpt_dir.c_str());
+      return 1;
+    }
+    absl::StatusOr<ServerState> loaded = LoadNewestCheckpoint(ckpt_dir);
+    if (loaded.ok()) resumed = *std::move(loaded);
+  }
+  // A resumed run keeps the configuration it started with.
+  const v1::RunConfig config = resumed ? resumed->config : RunConfigFromFlags();
   if (absl::Status s = ValidateRunConfig(config); !s.ok()) {
     std::fprintf(stderr, "muloco-server: %s\n", s.ToString().c_str());
     return 2;
@@ -78,8 +94,38 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  if (!ckpt_dir.empty()) {
+    eo.checkpoint_every = std::max<uint32_t>(1, absl::GetFlag(FLAGS_checkpoint_every));
+    eo.checkpoint = [&ckpt_dir, &config](const EngineState& st) {
+      const auto t0 = std::chrono::steady_clock::now();
+      absl::Status s = WriteCheckpoint(ckpt_dir, ServerState{st.open_round, config, st.theta_true, st.theta_pub, st.momentum},
+                                       absl::GetFlag(FLAGS_keep_checkpoints));
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (s.ok()) {
+        Logf("server", "checkpoint at round %llu written (%.1f ms)", static_cast<unsigned long long>(st.open_round), ms);
+      } else {
+        Logf("server", "checkpoint at round %llu FAILED: %s", static_cast<unsigned long long>(st.open_round),
+             s.ToString().c_str());
+      }
+    };
+  }
   SystemClock clock;
-  RoundEngine engine(eo, InitParams(config.model(), layout), &clock);
+  EngineState initial;
+  if (resumed) {
+    if (resumed->theta_pub.size() != n) {
+      std::fprintf(stderr, "muloco-server: checkpoint holds %zu parameters, its config implies %zu\n",
+                   resumed->theta_pub.size(), n);
+      return 1;
+    }
+    initial = EngineState{resumed->open_round, std::move(resumed->theta_true), std::move(resumed->theta_pub),
+                          std::move(resumed->momentum)};
+    Logf("server", "resuming from checkpoint in %s at round %llu", ckpt_dir.c_str(),
+         static_cast<unsigned long long>(initial.open_round));
+  } else {
+    initial.theta_pub = InitParams(config.model(), layout);
+    initial.theta_true = initial.theta_pub;
+  }
+  RoundEngine engine(eo, std::move(initial), &clock);
   // Pushes may use the run's uplink codec or dense fp32, nothing larger.
   ServiceOptions so{absl::GetFlag(FLAGS_chunk_bytes),
                     std::max(PayloadBytes(uplink), PayloadBytes(DenseSegments(n)))};
@@ -118,6 +164,7 @@ int main(int argc, char** argv) {
     if (done_since < 0) done_since = clock.Now();
     if (st.live_workers == 0 || clock.Now() - done_since > absl::GetFlag(FLAGS_linger_s)) break;
   }
+  if (g_stop && eo.checkpoint) eo.checkpoint(engine.ExportState());  // SIGTERM: save where we are
   service.BeginShutdown();
   engine.WakeAll();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

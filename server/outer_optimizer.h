@@ -22,6 +22,8 @@ class OuterSgd {
   void Step(float* params, const float* grad, size_t n);
 
   const std::vector<float>& momentum_buffer() const { return buf_; }
+  // Restores a saved buffer (from a checkpoint). REQUIRES: same size as this one's.
+  void set_momentum_buffer(std::vector<float> buf) { buf_ = std::move(buf); }
 
  private:
   OuterSgdOptions options_;

@@ -12,17 +12,32 @@
 
 namespace muloco {
 
+namespace {
+EngineState Fresh(std::vector<float> params) {
+  EngineState s;
+  s.theta_true = params;
+  s.theta_pub = std::move(params);
+  return s;
+}
+}  // namespace
+
 RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_params, const Clock* clock)
-    : options_(options),
+    : RoundEngine(std::move(options), Fresh(std::move(initial_params)), clock) {}
+
+RoundEngine::RoundEngine(EngineOptions options, EngineState state, const Clock* clock)
+    : options_(std::move(options)),
       clock_(clock),
-      num_params_(initial_params.size()),
-      downlink_(options.downlink.empty() ? DenseSegments(initial_params.size()) : options.downlink),
-      outer_(options.outer, initial_params.size()),
-      theta_true_(initial_params),
-      theta_pub_(std::make_shared<const std::vector<float>>(std::move(initial_params))),
+      num_params_(state.theta_pub.size()),
+      downlink_(options_.downlink.empty() ? DenseSegments(num_params_) : options_.downlink),
+      outer_(options_.outer, num_params_),
+      theta_true_(std::move(state.theta_true)),
+      theta_pub_(std::make_shared<const std::vector<float>>(std::move(state.theta_pub))),
+      open_round_(state.open_round),
       sum_(num_params_, 0.0f),
-      votes_(options.aggregation == Aggregation::kVote ? num_params_ : 0, 0) {
+      votes_(options_.aggregation == Aggregation::kVote ? num_params_ : 0, 0) {
+  if (state.momentum.size() == outer_.momentum_buffer().size()) outer_.set_momentum_buffer(std::move(state.momentum));
   pub_checksum_ = ParamChecksum(theta_pub_->data(), num_params_);
+  done_ = options_.total_rounds != 0 && open_round_ >= options_.total_rounds;
 }
 
 RoundEngine::Joined RoundEngine::Join(const std::string& name) {
@@ -151,6 +166,10 @@ void RoundEngine::CloseRoundLocked() {
 
   done_ = update.done;
   open_round_ = update.next_round;
+  if (options_.checkpoint && options_.checkpoint_every &&
+      (done_ || open_round_ % options_.checkpoint_every == 0)) {
+    options_.checkpoint(ExportStateLocked());
+  }
   pushed_.clear();
   round_bytes_up_ = 0;
   std::fill(sum_.begin(), sum_.end(), 0.0f);
@@ -204,6 +223,15 @@ void RoundEngine::CountMalformedPush() {
 }
 
 void RoundEngine::WakeAll() { round_closed_.notify_all(); }
+
+EngineState RoundEngine::ExportStateLocked() const {
+  return EngineState{open_round_, theta_true_, *theta_pub_, outer_.momentum_buffer()};
+}
+
+EngineState RoundEngine::ExportState() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ExportStateLocked();
+}
 
 EngineStats RoundEngine::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);

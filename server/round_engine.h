@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -40,6 +41,12 @@ struct MatrixRange {
   size_t offset = 0, rows = 0, cols = 0;
 };
 
+// What a checkpoint holds of the engine: enough to continue at `open_round`.
+struct EngineState {
+  uint64_t open_round = 0;
+  std::vector<float> theta_true, theta_pub, momentum;
+};
+
 struct EngineOptions {
   size_t min_quorum = 1;             // pushes required before a round may close
   double round_timeout_s = 120;      // after a round's first push, stop waiting for stragglers
@@ -51,6 +58,11 @@ struct EngineOptions {
   Aggregation aggregation = Aggregation::kMean;
   std::vector<MatrixRange> polar;    // kVote: matrices whose vote gets a Newton–Schulz polar step
   int polar_steps = 5;
+  // Called under the engine's lock after every `checkpoint_every`-th round closes and after
+  // the final round, before any waiter learns of the close: a committed round is on disk
+  // before any worker acts on it. 0 / empty: no checkpoints.
+  uint64_t checkpoint_every = 0;
+  std::function<void(const EngineState&)> checkpoint;
 };
 
 // The global update that closed a round.
@@ -86,6 +98,9 @@ class RoundEngine {
  public:
   // `clock` must outlive the engine.
   RoundEngine(EngineOptions options, std::vector<float> initial_params, const Clock* clock);
+  // Continues from a saved state. REQUIRES: theta_true and theta_pub of equal size;
+  // momentum empty or of that size.
+  RoundEngine(EngineOptions options, EngineState state, const Clock* clock);
 
   struct Joined {
     uint64_t worker_id;
@@ -119,6 +134,7 @@ class RoundEngine {
   void WakeAll();
 
   EngineStats Stats() const;
+  EngineState ExportState() const;
   size_t num_params() const { return num_params_; }
 
  private:
@@ -128,6 +144,7 @@ class RoundEngine {
   };
 
   void MaybeCloseLocked();
+  EngineState ExportStateLocked() const;
   void CloseRoundLocked();
   void ForgetLocked(uint64_t worker_id);
 

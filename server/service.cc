@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/checksum.h"
 #include "common/grpc_status.h"
 
 namespace muloco {
@@ -51,6 +52,7 @@ grpc::Status MulocoService::FetchModel(grpc::ServerContext* ctx, const v1::Fetch
     chunk.set_model_checksum(snap.checksum);
     chunk.set_offset(offset);
     chunk.set_data(reinterpret_cast<const char*>(snap.params->data() + offset), count * sizeof(float));
+    chunk.set_chunk_checksum(Checksum64(chunk.data().data(), chunk.data().size()));
     if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "client went away");
     offset += count;
   } while (offset < n);
@@ -88,6 +90,10 @@ grpc::Status MulocoService::AwaitRound(grpc::ServerContext* ctx, const v1::Await
                                        grpc::ServerWriter<v1::RoundChunk>* writer) {
   absl::StatusOr<RoundUpdate> update;
   for (;;) {
+    // Waiting counts as liveness; an unknown worker (evicted, or this server restarted from a
+    // checkpoint and lost its push) hears NOT_FOUND now instead of waiting for a round that
+    // may never close.
+    if (absl::Status s = engine_->Heartbeat(req->worker_id()); !s.ok()) return ToGrpcStatus(s);
     update = engine_->AwaitRound(req->round(), 0.25);
     if (update.status().code() != absl::StatusCode::kDeadlineExceeded) break;
     if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
@@ -37,35 +38,53 @@ absl::StatusOr<v1::JoinResponse> ServerClient::Join(const std::string& name) {
   return resp;
 }
 
-absl::StatusOr<FetchedModel> ServerClient::FetchModel(uint64_t worker_id) {
+// One FetchModel stream from m->params[filled...]; appends what arrives, checking every chunk.
+// Returns OK at the end of the model; on a cut, the caller resumes from *filled.
+absl::Status ServerClient::FetchFrom(uint64_t worker_id, FetchedModel* m, size_t* filled) {
   grpc::ClientContext ctx;
   SetDeadline(ctx);
   v1::FetchModelRequest req;
   req.set_worker_id(worker_id);
+  req.set_offset(*filled);
   auto reader = stub_->FetchModel(&ctx, req);
-  FetchedModel m;
   v1::ModelChunk chunk;
-  bool first = true;
-  size_t filled = 0;
   while (reader->Read(&chunk)) {
-    if (first) {
-      m.round = chunk.round();
-      m.checksum = chunk.model_checksum();
+    if (*filled == 0 && chunk.offset() == 0) {  // (re)starting: take this snapshot's identity
+      m->round = chunk.round();
+      m->checksum = chunk.model_checksum();
       if (chunk.num_params() > (size_t{1} << 34)) return absl::DataLossError("model: absurd parameter count");
-      m.params.resize(chunk.num_params());
-      first = false;
+      m->params.resize(chunk.num_params());
+    }
+    if (chunk.round() != m->round || chunk.model_checksum() != m->checksum) {
+      *filled = 0;  // the model moved on between attempts: start over
+      return absl::AbortedError("model changed during a resumed fetch");
     }
     const size_t count = chunk.data().size() / sizeof(float);
-    if (chunk.round() != m.round || chunk.num_params() != m.params.size() || chunk.data().size() % sizeof(float) ||
-        chunk.offset() != filled || count > m.params.size() - filled) {
+    if (chunk.num_params() != m->params.size() || chunk.data().size() % sizeof(float) || chunk.offset() != *filled ||
+        count > m->params.size() - *filled) {
       return absl::DataLossError("model stream: inconsistent chunk");
     }
-    std::memcpy(m.params.data() + filled, chunk.data().data(), chunk.data().size());
-    filled += count;
+    if (Checksum64(chunk.data().data(), chunk.data().size()) != chunk.chunk_checksum()) {
+      return absl::DataLossError("model chunk checksum mismatch");  // resume re-fetches from here
+    }
+    std::memcpy(m->params.data() + *filled, chunk.data().data(), chunk.data().size());
+    *filled += count;
   }
-  grpc::Status s = reader->Finish();
-  if (!s.ok()) return FromGrpcStatus(s);
-  if (first || filled != m.params.size()) return absl::DataLossError("model stream ended early");
+  return FromGrpcStatus(reader->Finish());
+}
+
+absl::StatusOr<FetchedModel> ServerClient::FetchModel(uint64_t worker_id) {
+  FetchedModel m;
+  size_t filled = 0;
+  for (int attempt = 0;; ++attempt) {
+    absl::Status s = FetchFrom(worker_id, &m, &filled);
+    if (s.ok() && !m.params.empty() && filled == m.params.size()) break;
+    if (s.ok()) s = absl::DataLossError("model stream ended early");
+    const bool retry = s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kDataLoss ||
+                       s.code() == absl::StatusCode::kAborted;
+    if (!retry || attempt >= options_.fetch_attempts) return s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 * std::min(attempt + 1, 20)));
+  }
   if (ParamChecksum(m.params.data(), m.params.size()) != m.checksum) {
     return absl::DataLossError("model checksum mismatch");
   }

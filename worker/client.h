@@ -16,6 +16,7 @@ namespace muloco {
 struct ClientOptions {
   size_t chunk_bytes = 1 << 20;  // bytes per pushed chunk
   double call_timeout_s = 600;   // deadline of any one call (AwaitRound waits up to this)
+  int fetch_attempts = 50;       // a model fetch resumes after a cut this many times
 };
 
 struct FetchedModel {
@@ -36,7 +37,8 @@ class ServerClient {
   ServerClient(const std::string& address, ClientOptions options);
 
   absl::StatusOr<v1::JoinResponse> Join(const std::string& name);
-  // Whole model, checksum verified (DATA_LOSS on mismatch).
+  // Whole model, each chunk and the whole checksum-verified; a cut stream resumes where it
+  // stopped (from the start if the model moved on meanwhile).
   absl::StatusOr<FetchedModel> FetchModel(uint64_t worker_id);
   absl::Status Push(uint64_t worker_id, uint64_t round, const std::string& payload, float train_loss);
   absl::StatusOr<RoundResult> AwaitRound(uint64_t worker_id, uint64_t round);
@@ -45,6 +47,7 @@ class ServerClient {
 
  private:
   void SetDeadline(grpc::ClientContext& ctx) const;
+  absl::Status FetchFrom(uint64_t worker_id, FetchedModel* m, size_t* filled);
 
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -37,15 +38,15 @@ absl::StatusOr<Corpus> LoadData(const WorkerOptions& o, const v1::RunConfig& c) 
   return LoadCorpus(o.data.empty() ? kDefaultCorpus : o.data, o.val_data, c.model().vocab_size(), c.model().context());
 }
 
-// Sends heartbeats every period_s until destroyed.
+// Sends heartbeats for *id every period_s until destroyed (the id changes on a rejoin).
 class HeartbeatThread {
  public:
-  HeartbeatThread(ServerClient* client, uint64_t id, double period_s)
+  HeartbeatThread(ServerClient* client, const std::atomic<uint64_t>* id, double period_s)
       : thread_([=] {
           std::unique_lock<std::mutex> lock(mu_);
           while (!cv_.wait_for(lock, std::chrono::duration<double>(period_s), [&] { return stop_; })) {
             lock.unlock();
-            client->Heartbeat(id).IgnoreError();  // a failure shows up on the next real call
+            client->Heartbeat(id->load()).IgnoreError();  // a failure shows up on the next real call
             lock.lock();
           }
         }) {}
@@ -65,144 +66,194 @@ class HeartbeatThread {
   std::thread thread_;
 };
 
-absl::StatusOr<v1::JoinResponse> JoinWithRetry(ServerClient& client, const WorkerOptions& o, const std::string& name) {
+const absl::Status& StatusOf(const absl::Status& s) { return s; }
+template <typename T>
+const absl::Status& StatusOf(const absl::StatusOr<T>& s) { return s.status(); }
+
+// Calls fn until it returns anything but UNAVAILABLE (server down, link cut), backing off
+// exponentially from 0.1 s to 5 s with +-50% jitter, for at most timeout_s.
+template <typename F>
+auto Retry(F fn, double timeout_s, const char* tag) -> decltype(fn()) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
   const auto start = std::chrono::steady_clock::now();
   double backoff = 0.1;
-  for (;;) {
-    absl::StatusOr<v1::JoinResponse> j = client.Join(name);
+  for (bool logged = false;; logged = true) {
+    auto result = fn();
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (j.ok() || j.status().code() != absl::StatusCode::kUnavailable || waited > o.connect_timeout_s) return j;
-    std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
-    backoff = std::min(2.0, backoff * 2);
+    if (StatusOf(result).code() != absl::StatusCode::kUnavailable || waited > timeout_s) return result;
+    if (!logged) Logf(tag, "server unavailable (%s); retrying", std::string(StatusOf(result).message()).c_str());
+    std::this_thread::sleep_for(std::chrono::duration<double>(backoff * std::uniform_real_distribution<>(0.5, 1.5)(rng)));
+    backoff = std::min(5.0, backoff * 2);
   }
 }
 
 }  // namespace
 
-int RunWorker(const WorkerOptions& o) {
-  ClientOptions co;
-  ServerClient client(o.server, co);
-  const std::string name = o.name.empty() ? absl::StrCat("worker-", getpid()) : o.name;
-  absl::StatusOr<v1::JoinResponse> joined = JoinWithRetry(client, o, name);
-  if (!joined.ok()) {
-    std::fprintf(stderr, "muloco-worker: cannot join %s: %s\n", o.server.c_str(), joined.status().ToString().c_str());
-    return 1;
+// One worker's connection state: id, configuration, public model; rejoin and resync live here.
+class WorkerSession {
+ public:
+  WorkerSession(const WorkerOptions& o) : o_(o), client_(o.server, ClientOptions{}) {
+    name_ = o.name.empty() ? absl::StrCat("worker-", getpid()) : o.name;
   }
-  const v1::RunConfig config = joined->config();
-  if (absl::Status s = ValidateRunConfig(config); !s.ok()) {
-    std::fprintf(stderr, "muloco-worker: server sent a bad config: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  uint64_t id = joined->worker_id();
-  const std::string tag = absl::StrCat("worker ", id);
-  const size_t n = TotalParams(GptLayout(config.model()));
-  if (joined->num_params() != n) {
-    std::fprintf(stderr, "muloco-worker: server has %llu parameters, the config implies %zu\n",
-                 static_cast<unsigned long long>(joined->num_params()), n);
-    return 1;
-  }
-  absl::StatusOr<Corpus> corpus = LoadData(o, config);
-  if (!corpus.ok()) {
-    std::fprintf(stderr, "muloco-worker: data: %s\n", corpus.status().ToString().c_str());
-    return 1;
-  }
-  const ParamLayout layout = GptLayout(config.model());
-  const std::vector<Segment> uplink = PlanSegments(CodecShapes(layout), *ParseCodec(config.uplink_codec()));
-  Logf(tag.c_str(), "joined %s as %s at round %llu: %s; data %s", o.server.c_str(), name.c_str(),
-       static_cast<unsigned long long>(joined->round()), DescribeRunConfig(config).c_str(),
-       corpus->description.c_str());
-  Trainer trainer(config, &*corpus, config.data_seed() + id);
 
-  auto heartbeat = std::make_unique<HeartbeatThread>(&client, id, o.heartbeat_s);
-  FetchedModel pub;
-  auto resync = [&]() -> absl::Status {
-    absl::StatusOr<FetchedModel> m = client.FetchModel(id);
-    if (!m.ok()) return m.status();
-    pub = *std::move(m);
-    Logf(tag.c_str(), "fetched model at round %llu (%zu parameters)", static_cast<unsigned long long>(pub.round),
-         pub.params.size());
-    return absl::OkStatus();
-  };
-  auto fail = [&](const absl::Status& s) {
-    std::fprintf(stderr, "muloco-worker: %s\n", s.ToString().c_str());
-    heartbeat.reset();
-    client.Leave(id).IgnoreError();
+  int Run();
+
+ private:
+  absl::Status Join(double timeout_s);
+  absl::Status Resync();
+  int Fail(const absl::Status& s);
+
+  const WorkerOptions& o_;
+  ServerClient client_;
+  std::string name_, tag_ = "worker";
+  std::atomic<uint64_t> id_{0};
+  v1::RunConfig config_;
+  FetchedModel pub_;
+};
+
+absl::Status WorkerSession::Join(double timeout_s) {
+  absl::StatusOr<v1::JoinResponse> joined = Retry([&] { return client_.Join(name_); }, timeout_s, tag_.c_str());
+  if (!joined.ok()) return joined.status();
+  if (id_ != 0 && joined->config().SerializeAsString() != config_.SerializeAsString()) {
+    return absl::FailedPreconditionError("the server now runs a different configuration");
+  }
+  if (absl::Status s = ValidateRunConfig(joined->config()); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("server sent a bad config: ", s.message()));
+  }
+  if (joined->num_params() != TotalParams(GptLayout(joined->config().model()))) {
+    return absl::InvalidArgumentError("server's parameter count does not match its config");
+  }
+  config_ = joined->config();
+  id_ = joined->worker_id();
+  tag_ = absl::StrCat("worker ", id_.load());
+  Logf(tag_.c_str(), "joined %s as %s at round %llu: %s", o_.server.c_str(), name_.c_str(),
+       static_cast<unsigned long long>(joined->round()), DescribeRunConfig(config_).c_str());
+  return absl::OkStatus();
+}
+
+// Fetches the public model; joins again first if the server no longer knows this worker.
+absl::Status WorkerSession::Resync() {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    absl::StatusOr<FetchedModel> m =
+        Retry([&] { return client_.FetchModel(id_.load()); }, o_.retry_timeout_s, tag_.c_str());
+    if (m.ok()) {
+      pub_ = *std::move(m);
+      Logf(tag_.c_str(), "fetched model at round %llu (%zu parameters)", static_cast<unsigned long long>(pub_.round),
+           pub_.params.size());
+      return absl::OkStatus();
+    }
+    if (m.status().code() != absl::StatusCode::kNotFound) return m.status();
+    if (absl::Status s = Join(o_.retry_timeout_s); !s.ok()) return s;
+  }
+  return absl::UnavailableError("could not resync");
+}
+
+int WorkerSession::Fail(const absl::Status& s) {
+  std::fprintf(stderr, "muloco-worker: %s\n", s.ToString().c_str());
+  client_.Leave(id_.load()).IgnoreError();
+  return 1;
+}
+
+int WorkerSession::Run() {
+  if (absl::Status s = Join(o_.connect_timeout_s); !s.ok()) {
+    std::fprintf(stderr, "muloco-worker: cannot join %s: %s\n", o_.server.c_str(), s.ToString().c_str());
     return 1;
-  };
-  if (absl::Status s = resync(); !s.ok()) return fail(s);
+  }
+  absl::StatusOr<Corpus> corpus = LoadData(o_, config_);
+  if (!corpus.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat("data: ", corpus.status().message())));
+  Logf(tag_.c_str(), "data %s", corpus->description.c_str());
+  Trainer trainer(config_, &*corpus, config_.data_seed() + id_.load());
+  const ParamLayout layout = GptLayout(config_.model());
+  const size_t n = TotalParams(layout);
+  const std::vector<Segment> uplink = PlanSegments(CodecShapes(layout), *ParseCodec(config_.uplink_codec()));
+  const bool signmuon = config_.mode() == "signmuon";
+  auto heartbeat = std::make_unique<HeartbeatThread>(&client_, &id_, o_.heartbeat_s);
+  if (absl::Status s = Resync(); !s.ok()) return Fail(s);
 
   const double dense = static_cast<double>(PayloadBytes(DenseSegments(n)));
   std::vector<float> delta(n), ef(n, 0.0f);  // error feedback persists across rounds
-  const bool signmuon = config.mode() == "signmuon";
   uint64_t rounds_done = 0, bytes_up = 0, bytes_down = 0;
   double first_val = -1, last_val = -1;
   auto evaluate = [&](uint64_t round) {
-    last_val = trainer.Evaluate(pub.params.data());
+    last_val = trainer.Evaluate(pub_.params.data());
     if (first_val < 0) first_val = last_val;
-    Logf(tag.c_str(), "eval: round %llu val_loss %.4f", static_cast<unsigned long long>(round), last_val);
+    Logf(tag_.c_str(), "eval: round %llu val_loss %.4f", static_cast<unsigned long long>(round), last_val);
   };
+  // NOT_FOUND (this server does not know us: evicted, or restarted) and FAILED_PRECONDITION
+  // (stale round) both end in a resync; anything else but UNAVAILABLE (retried) is fatal.
+  auto recoverable = [](const absl::Status& s) {
+    return s.code() == absl::StatusCode::kNotFound || s.code() == absl::StatusCode::kFailedPrecondition;
+  };
+  uint64_t last_eval = ~uint64_t{0};
   for (;;) {
-    const uint64_t r = pub.round;
-    if (config.eval_every() && r % config.eval_every() == 0) evaluate(r);
+    const uint64_t r = pub_.round;
+    if (config_.eval_every() && r % config_.eval_every() == 0 && r != last_eval) {
+      evaluate(r);
+      last_eval = r;
+    }
     std::vector<float> ef_next = ef;
     double train_loss = 0;
     std::string payload;
     if (signmuon) {
       // The vote needs only each coordinate's sign: no error feedback.
-      train_loss = trainer.SignDirection(pub.params.data(), delta.data());
+      train_loss = trainer.SignDirection(pub_.params.data(), delta.data());
       payload = Compress(uplink, nullptr, 1.0f, delta.data());
     } else {
       // ef is updated only once the push is accepted, so a refused push loses nothing.
-      train_loss = trainer.TrainRound(pub.params.data(), r * config.inner_steps(), delta.data());
-      payload = Compress(uplink, delta.data(), config.ef_beta(), ef_next.data());
+      train_loss = trainer.TrainRound(pub_.params.data(), r * config_.inner_steps(), delta.data());
+      payload = Compress(uplink, delta.data(), config_.ef_beta(), ef_next.data());
     }
-    absl::Status pushed = client.Push(id, r, payload, static_cast<float>(train_loss));
-    if (pushed.code() == absl::StatusCode::kFailedPrecondition) {
-      Logf(tag.c_str(), "push for round %llu refused (%s); resyncing", static_cast<unsigned long long>(r),
+    absl::Status pushed = Retry([&] { return client_.Push(id_.load(), r, payload, static_cast<float>(train_loss)); },
+                                o_.retry_timeout_s, tag_.c_str());
+    if (recoverable(pushed)) {
+      Logf(tag_.c_str(), "push for round %llu refused (%s); resyncing", static_cast<unsigned long long>(r),
            std::string(pushed.message()).c_str());
-      if (absl::Status s = resync(); !s.ok()) return fail(s);
+      if (absl::Status s = Resync(); !s.ok()) return Fail(s);
       continue;
     }
-    if (!pushed.ok()) return fail(pushed);
+    if (!pushed.ok()) return Fail(pushed);
     ef.swap(ef_next);
-    absl::StatusOr<RoundResult> result = client.AwaitRound(id, r);
-    if (result.status().code() == absl::StatusCode::kFailedPrecondition) {
-      if (absl::Status s = resync(); !s.ok()) return fail(s);
+    absl::StatusOr<RoundResult> result =
+        Retry([&] { return client_.AwaitRound(id_.load(), r); }, o_.retry_timeout_s, tag_.c_str());
+    if (recoverable(result.status())) {
+      Logf(tag_.c_str(), "round %llu: %s; resyncing", static_cast<unsigned long long>(r),
+           std::string(result.status().message()).c_str());
+      if (absl::Status s = Resync(); !s.ok()) return Fail(s);
       continue;
     }
-    if (!result.ok()) return fail(result.status());
-    absl::Status applied = DecodeAccumulate(result->payload, n, pub.params.data());
-    if (!applied.ok() || ParamChecksum(pub.params.data(), n) != result->checksum) {
-      Logf(tag.c_str(), "round %llu: update %s; fetching the model", static_cast<unsigned long long>(r),
+    if (!result.ok()) return Fail(result.status());
+    absl::Status applied = DecodeAccumulate(result->payload, n, pub_.params.data());
+    if (!applied.ok() || ParamChecksum(pub_.params.data(), n) != result->checksum) {
+      Logf(tag_.c_str(), "round %llu: update %s; fetching the model", static_cast<unsigned long long>(r),
            applied.ok() ? "checksum mismatch" : applied.ToString().c_str());
-      if (absl::Status s = resync(); !s.ok()) return fail(s);
+      if (absl::Status s = Resync(); !s.ok()) return Fail(s);
     } else {
-      pub.round = result->next_round;
-      pub.checksum = result->checksum;
+      pub_.round = result->next_round;
+      pub_.checksum = result->checksum;
     }
     ++rounds_done;
     bytes_up += payload.size();
     bytes_down += result->payload.size();
-    Logf(tag.c_str(),
+    Logf(tag_.c_str(),
          "round %llu: train_loss %.4f, up %zu bytes (%.1fx smaller than dense fp32), down %zu bytes (%.1fx), "
          "%u contributors, checksum %016llx ok",
          static_cast<unsigned long long>(r), train_loss, payload.size(), dense / payload.size(),
          result->payload.size(), dense / result->payload.size(), result->contributors,
-         static_cast<unsigned long long>(pub.checksum));
+         static_cast<unsigned long long>(pub_.checksum));
     if (result->done) break;
   }
-  evaluate(pub.round);
+  evaluate(pub_.round);
   heartbeat.reset();
-  client.Leave(id).IgnoreError();
-  if (!SaveParams(o.save_final, pub.params)) {
-    std::fprintf(stderr, "muloco-worker: cannot write %s\n", o.save_final.c_str());
-    return 1;
-  }
-  Logf(tag.c_str(), "final: val_loss %.4f (start %.4f) after %llu rounds; up %llu bytes, down %llu bytes; checksum %016llx",
+  client_.Leave(id_.load()).IgnoreError();
+  if (!SaveParams(o_.save_final, pub_.params)) return Fail(absl::UnavailableError("cannot write " + o_.save_final));
+  Logf(tag_.c_str(),
+       "final: val_loss %.4f (start %.4f) after %llu rounds; up %llu bytes, down %llu bytes; checksum %016llx",
        last_val, first_val, static_cast<unsigned long long>(rounds_done), static_cast<unsigned long long>(bytes_up),
-       static_cast<unsigned long long>(bytes_down), static_cast<unsigned long long>(pub.checksum));
+       static_cast<unsigned long long>(bytes_down), static_cast<unsigned long long>(pub_.checksum));
   return 0;
 }
+
+int RunWorker(const WorkerOptions& o) { return WorkerSession(o).Run(); }
 
 int RunBaseline(const v1::RunConfig& config, const WorkerOptions& o) {
   absl::StatusOr<Corpus> corpus = LoadData(o, config);

@@ -14,7 +14,8 @@ struct WorkerOptions {
   std::string data;                        // corpus: directory/text file or .bin tokens
   std::string val_data;                    // optional .bin validation tokens
   double heartbeat_s = 5;                  // heartbeat period while training
-  double connect_timeout_s = 60;           // keep retrying Join while the server is unavailable
+  double connect_timeout_s = 60;           // keep retrying the first Join while the server is unavailable
+  double retry_timeout_s = 600;            // later: ride out outages (server restart, cut link) this long
   std::string save_final;                  // write final parameters (raw fp32) here
 };
 

@@ -8,6 +8,7 @@
 // else aborts, which libFuzzer reports as a crash with the input saved.
 //
 // Built and run by tests/fuzz/run_fuzz.sh.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -36,24 +37,21 @@ constexpr float kPoison = 3.25f;
   std::abort();
 }
 
-// Start-up self-check: the harness's checksum fix-up must agree with the codec, or the
-// fix-up mode would silently test nothing but "checksum mismatch".
+// Start-up self-check: a valid payload decodes, and the harness's checksum fix-up agrees
+// with the codec (else the fix-up mode would silently test nothing but "checksum mismatch").
 void SelfCheck() {
   const std::vector<float> x = {1.0f, -2.0f, 0.5f};
   std::string p = muloco::Encode(muloco::DenseSegments(x.size()), x.data());
-  p[24] ^= 0x5a;  // break the checksum
   std::vector<float> sum(x.size(), 0.0f);
-  if (muloco::DecodeAccumulate(p, x.size(), sum.data()).ok()) {
-    std::fprintf(stderr, "decode_fuzzer: a payload with a broken checksum was accepted\n");
-    std::abort();
-  }
+  absl::Status s = muloco::DecodeAccumulate(p, x.size(), sum.data());
+  if (!s.ok() || sum != x) Fail("self-check: a valid 3-element dense payload does not round-trip", s, x.size(), p.size());
+  p[24] ^= 0x5a;  // break the checksum
+  std::fill(sum.begin(), sum.end(), 0.0f);
+  s = muloco::DecodeAccumulate(p, x.size(), sum.data());
+  if (s.ok()) Fail("self-check: a payload with a broken checksum was accepted", s, x.size(), p.size());
   muloco::fuzz::ApplyFixes(muloco::fuzz::kFixAll, x.size(), p.data(), p.size());
-  const absl::Status s = muloco::DecodeAccumulate(p, x.size(), sum.data());
-  if (!s.ok() || sum != x) {
-    std::fprintf(stderr, "decode_fuzzer: the harness's checksum fix-up disagrees with the codec: %s\n",
-                 s.ToString().c_str());
-    std::abort();
-  }
+  s = muloco::DecodeAccumulate(p, x.size(), sum.data());
+  if (!s.ok() || sum != x) Fail("self-check: the harness's checksum fix-up disagrees with the codec", s, x.size(), p.size());
 }
 
 }  // namespace
