@@ -17,6 +17,7 @@ ABSL_FLAG(std::string, val_data, "", "Validation .bin token file (default: last 
 ABSL_FLAG(double, heartbeat_s, 5, "Seconds between heartbeats");
 ABSL_FLAG(double, connect_timeout_s, 60, "Keep retrying to join an unavailable server this long");
 ABSL_FLAG(double, retry_timeout_s, 600, "Keep retrying an unavailable server this long (restarts, cut links)");
+ABSL_FLAG(uint64_t, leave_after, 0, "Leave after contributing this many rounds (0: stay to the end of the run)");
 ABSL_FLAG(std::string, save_final, "", "If set, write the final parameters (raw fp32) here");
 ABSL_FLAG(int32_t, threads, 1, "LibTorch intra-op threads");
 ABSL_FLAG(bool, baseline, false, "Train alone, without a server, using the run-config flags");
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
   o.connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout_s);
   o.save_final = absl::GetFlag(FLAGS_save_final);
   o.retry_timeout_s = absl::GetFlag(FLAGS_retry_timeout_s);
+  o.leave_after = absl::GetFlag(FLAGS_leave_after);
   if (!absl::GetFlag(FLAGS_baseline)) return RunWorker(o);
   const v1::RunConfig config = RunConfigFromFlags();
   if (absl::Status s = ValidateRunConfig(config); !s.ok()) {

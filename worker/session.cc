@@ -241,6 +241,10 @@ int WorkerSession::Run() {
          result->payload.size(), dense / result->payload.size(), result->contributors,
          static_cast<unsigned long long>(pub_.checksum));
     if (result->done) break;
+    if (o_.leave_after && rounds_done >= o_.leave_after) {
+      Logf(tag_.c_str(), "leaving after %llu rounds (--leave_after)", static_cast<unsigned long long>(rounds_done));
+      break;
+    }
   }
   evaluate(pub_.round);
   heartbeat.reset();

@@ -17,6 +17,7 @@ struct WorkerOptions {
   double connect_timeout_s = 60;           // keep retrying the first Join while the server is unavailable
   double retry_timeout_s = 600;            // later: ride out outages (server restart, cut link) this long
   std::string save_final;                  // write final parameters (raw fp32) here
+  uint64_t leave_after = 0;                // leave after contributing this many rounds (0: stay to the end)
 };
 
 // Returns a process exit code.

@@ -1,0 +1,183 @@
+"""Fault tolerance over real processes: kill -9 of the server (restart from its checkpoint),
+kill -9 of a worker (deadline, eviction, rejoin), a cut network link (a proxy that drops
+every connection for a while), and churn over 200 rounds with the server's memory measured."""
+import os
+import random
+import re
+import socket
+import threading
+import time
+import unittest
+
+from harness import TINY, ClusterTest
+
+
+def closed_rounds(text):
+    return [(int(r), int(c)) for r, c in re.findall(r"round (\d+) closed: (\d+) contributors", text)]
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1))
+
+
+class Proxy:
+    """TCP forwarder on loopback whose link can be cut: cut() closes every connection and
+    refuses new ones until restore()."""
+
+    def __init__(self, target_port):
+        self.target = ("127.0.0.1", target_port)
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.up = True
+        self.conns = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            if not self.up:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a, b):
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self):
+        self.up = False
+        with self.lock:
+            for s in self.conns:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                    s.close()
+                except OSError:
+                    pass
+            self.conns = []
+
+    def restore(self):
+        self.up = True
+
+
+class FaultTolerance(ClusterTest):
+    def test_server_killed_and_restarted_loses_no_round(self):
+        ckpt = self.path("ckpt")
+        flags = [*TINY, "--rounds=12", "--inner_steps=10", f"--checkpoint_dir={ckpt}",
+                 f"--save_final={self.path('server.bin')}"]
+        server, addr = self.start_server(*flags, name="server1")
+        workers = [self.start_worker(addr, f"--save_final={self.path(f'w{i}.bin')}", "--heartbeat_s=0.5",
+                                     name=f"w{i}") for i in range(2)]
+        self.wait_for(server, r"round 4 closed", timeout=120)
+        server.kill()  # SIGKILL
+        crashed = time.time()
+        last = max(r for r, _ in closed_rounds(server.text()))
+        server2, _ = self.start_server(*flags, f"--listen={addr}", name="server2")
+        resumed = int(self.wait_for(server2, r"resuming from checkpoint .* at round (\d+)", timeout=30).group(1))
+        self.assertEqual(resumed, last + 1)  # every committed round survived
+        self.wait_for(server2, rf"round {resumed} closed", timeout=120)
+        print(f"server crash -> next closed round: {time.time() - crashed:.2f} s")
+        for w in workers:
+            self.assertEqual(w.wait(timeout=300), 0, w.text())
+        self.assertEqual(server2.wait(timeout=60), 0, server2.text())
+        self.assertEqual([r for r, _ in closed_rounds(server2.text())], list(range(resumed, 12)))
+        for i in range(2):
+            self.assertEqual(self.read_bytes(f"w{i}.bin"), self.read_bytes("server.bin"))
+
+    def test_worker_killed_round_closes_and_restarted_worker_contributes(self):
+        server, addr = self.start_server(*TINY, "--rounds=30", "--inner_steps=30", "--round_timeout_s=2",
+                                         "--heartbeat_timeout_s=3", f"--save_final={self.path('server.bin')}")
+        a = self.start_worker(addr, f"--save_final={self.path('a.bin')}", "--heartbeat_s=0.5", name="a")
+        b = self.start_worker(addr, "--heartbeat_s=0.5", name="b")
+        self.wait_for(server, r"round 2 closed: 2 contributors", timeout=120)
+        b.kill()
+        killed_at = len(closed_rounds(server.text()))
+        self.wait_for(server, r"evicting worker", timeout=30)
+        b2 = self.start_worker(addr, f"--save_final={self.path('b2.bin')}", "--heartbeat_s=0.5", name="b2")
+        joined = int(self.wait_for(b2, r"joined .* at round (\d+)", timeout=60).group(1))
+        self.assertEqual(a.wait(timeout=300), 0, a.text())
+        self.assertEqual(b2.wait(timeout=300), 0, b2.text())
+        self.assertEqual(server.wait(timeout=60), 0, server.text())
+        rounds = closed_rounds(server.text())
+        self.assertEqual([r for r, _ in rounds], list(range(30)))  # every round closed
+        self.assertTrue(any(c == 1 for r, c in rounds if killed_at <= r < joined), rounds)
+        self.assertTrue(any(c == 2 for r, c in rounds if r > joined), rounds)
+        self.assertEqual(self.read_bytes("a.bin"), self.read_bytes("server.bin"))
+        self.assertEqual(self.read_bytes("b2.bin"), self.read_bytes("server.bin"))
+
+    def test_cut_link_recovers_and_resyncs(self):
+        server, addr = self.start_server(*TINY, "--rounds=30", "--inner_steps=20", "--round_timeout_s=2",
+                                         "--heartbeat_timeout_s=2", f"--save_final={self.path('server.bin')}")
+        proxy = Proxy(int(addr.split(":")[1]))
+        a = self.start_worker(addr, f"--save_final={self.path('a.bin')}", "--heartbeat_s=0.5", name="a")
+        b = self.start_worker(f"127.0.0.1:{proxy.port}", f"--save_final={self.path('b.bin')}", "--heartbeat_s=0.5",
+                              name="b")
+        self.wait_for(server, r"round 3 closed: 2 contributors", timeout=120)
+        proxy.cut()
+        self.wait_for(server, r"evicting worker", timeout=30)
+        proxy.restore()
+        self.assertEqual(a.wait(timeout=300), 0, a.text())
+        self.assertEqual(b.wait(timeout=300), 0, b.text())
+        self.assertEqual(server.wait(timeout=60), 0, server.text())
+        self.assertGreaterEqual(len(re.findall(r"fetched model", b.text())), 2, b.text())  # it resynced
+        rounds = closed_rounds(server.text())
+        self.assertEqual([r for r, _ in rounds], list(range(30)))
+        self.assertTrue(any(c == 2 for r, c in rounds[-5:]), rounds)  # back in by the end
+        self.assertEqual(self.read_bytes("b.bin"), self.read_bytes("server.bin"))
+
+    def test_churn_over_200_rounds_keeps_memory_flat(self):
+        server, addr = self.start_server(*TINY, "--rounds=200", "--inner_steps=2", "--batch_size=4",
+                                         "--eval_every=0", "--round_timeout_s=1", "--heartbeat_timeout_s=2")
+        steady = self.start_worker(addr, "--heartbeat_s=0.5", name="steady")
+        rng = random.Random(7)
+        spawned, rss = 0, {}
+        while server.p.poll() is None:
+            done = len(closed_rounds(server.text()))
+            for mark in (50, 190):
+                if done >= mark and mark not in rss:
+                    rss[mark] = rss_kib(server.p.pid)
+            live = [p for p in self.procs[2:] if p.p.poll() is None]
+            if len(live) < 2 and done < 195:
+                self.start_worker(addr, f"--leave_after={rng.randint(2, 8)}", "--heartbeat_s=0.5",
+                                  "--connect_timeout_s=5", name=f"churn{spawned}")
+                spawned += 1
+            time.sleep(0.2)
+        self.assertEqual(steady.wait(timeout=60), 0, steady.text())
+        rounds = closed_rounds(server.text())
+        self.assertEqual([r for r, _ in rounds], list(range(200)))
+        self.assertGreaterEqual(spawned, 10)
+        self.assertGreaterEqual(len(re.findall(r"left;", server.text())), 10)
+        print(f"churn: {spawned} joiners over 200 rounds; server RSS {rss[50]} KiB at round 50, "
+              f"{rss[190]} KiB at round 190")
+        self.assertLess(rss[190] - rss[50], 8 * 1024)
+
+
+if __name__ == "__main__":
+    unittest.main()
