@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
@@ -38,6 +39,9 @@ RoundEngine::RoundEngine(EngineOptions options, EngineState state, const Clock* 
   if (state.momentum.size() == outer_.momentum_buffer().size()) outer_.set_momentum_buffer(std::move(state.momentum));
   pub_checksum_ = ParamChecksum(theta_pub_->data(), num_params_);
   done_ = options_.total_rounds != 0 && open_round_ >= options_.total_rounds;
+  // Ids differ across server restarts, so a worker holding an id from before a crash is
+  // unknown here (and rejoins) instead of speaking for whoever got that number.
+  next_worker_id_ = (std::random_device{}() & 0xffffffu) * (uint64_t{1} << 32) + 1;
 }
 
 RoundEngine::Joined RoundEngine::Join(const std::string& name) {
@@ -155,6 +159,14 @@ void RoundEngine::CloseRoundLocked() {
 
   ++stats_.rounds_closed;
   stats_.bytes_down += update.payload->size();
+  done_ = update.done;
+  open_round_ = update.next_round;
+  if (options_.checkpoint && options_.checkpoint_every &&
+      (done_ || open_round_ % options_.checkpoint_every == 0)) {
+    options_.checkpoint(ExportStateLocked());
+  }
+  // Logged after the checkpoint: with checkpoints every round, a round in the log is a round
+  // a restarted server still has.
   const double dense = static_cast<double>(PayloadBytes(DenseSegments(n)));
   Logf("server",
        "round %llu closed: %u contributors, %zu expected, up %llu bytes (%.1fx smaller than dense fp32), "
@@ -164,12 +176,6 @@ void RoundEngine::CloseRoundLocked() {
        update.payload->size(), dense / update.payload->size(), static_cast<unsigned long long>(update.checksum),
        update.done ? " (final)" : "");
 
-  done_ = update.done;
-  open_round_ = update.next_round;
-  if (options_.checkpoint && options_.checkpoint_every &&
-      (done_ || open_round_ % options_.checkpoint_every == 0)) {
-    options_.checkpoint(ExportStateLocked());
-  }
   pushed_.clear();
   round_bytes_up_ = 0;
   std::fill(sum_.begin(), sum_.end(), 0.0f);

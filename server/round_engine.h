@@ -161,7 +161,7 @@ class RoundEngine {
   uint64_t pub_checksum_ = 0;                          // guarded by mu_
   uint64_t open_round_ = 0;                            // guarded by mu_
   bool done_ = false;                                  // guarded by mu_
-  uint64_t next_worker_id_ = 1;                        // guarded by mu_
+  uint64_t next_worker_id_;                            // guarded by mu_; random start
   std::map<uint64_t, Member> members_;                 // guarded by mu_
   std::set<uint64_t> expected_;                        // guarded by mu_
   std::set<uint64_t> pushed_;                          // guarded by mu_

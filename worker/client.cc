@@ -17,6 +17,14 @@ namespace muloco {
 ServerClient::ServerClient(const std::string& address, ClientOptions options) : options_(options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
+  // After a cut, reconnect within seconds (gRPC's default backoff grows to 2 minutes); the
+  // worker's own retry loop paces the calls. Keepalive pings find silently dead links.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   stub_ = v1::Muloco::NewStub(channel_);
 }
@@ -146,22 +154,23 @@ absl::StatusOr<RoundResult> ServerClient::AwaitRound(uint64_t worker_id, uint64_
   return r;
 }
 
-absl::Status ServerClient::Heartbeat(uint64_t worker_id) {
+// A short unary call carrying only the worker id (Heartbeat, Leave), with a 10 s deadline.
+template <typename Request, typename Reply, typename Call>
+absl::Status ServerClient::ShortCall(Call call, uint64_t worker_id) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  v1::HeartbeatRequest req;
+  Request req;
   req.set_worker_id(worker_id);
-  v1::HeartbeatReply reply;
-  return FromGrpcStatus(stub_->Heartbeat(&ctx, req, &reply));
+  Reply reply;
+  return FromGrpcStatus((stub_.get()->*call)(&ctx, req, &reply));
+}
+
+absl::Status ServerClient::Heartbeat(uint64_t worker_id) {
+  return ShortCall<v1::HeartbeatRequest, v1::HeartbeatReply>(&v1::Muloco::Stub::Heartbeat, worker_id);
 }
 
 absl::Status ServerClient::Leave(uint64_t worker_id) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  v1::LeaveRequest req;
-  req.set_worker_id(worker_id);
-  v1::LeaveReply reply;
-  return FromGrpcStatus(stub_->Leave(&ctx, req, &reply));
+  return ShortCall<v1::LeaveRequest, v1::LeaveReply>(&v1::Muloco::Stub::Leave, worker_id);
 }
 
 }  // namespace muloco

@@ -48,6 +48,8 @@ class ServerClient {
  private:
   void SetDeadline(grpc::ClientContext& ctx) const;
   absl::Status FetchFrom(uint64_t worker_id, FetchedModel* m, size_t* filled);
+  template <typename Request, typename Reply, typename Call>
+  absl::Status ShortCall(Call call, uint64_t worker_id);
 
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -187,6 +187,7 @@ int WorkerSession::Run() {
   uint64_t last_eval = ~uint64_t{0};
   for (;;) {
     const uint64_t r = pub_.round;
+    if (r >= config_.total_rounds()) break;  // resynced after the run ended: the final model is ours
     if (config_.eval_every() && r % config_.eval_every() == 0 && r != last_eval) {
       evaluate(r);
       last_eval = r;

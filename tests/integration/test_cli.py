@@ -5,7 +5,8 @@ import unittest
 
 from harness import SERVER_BIN, WORKER_BIN
 
-RUN_CONFIG_FLAGS = ["vocab_size", "n_layer", "n_head", "d_model", "context", "inner_steps", "rounds",
+RUN_CONFIG_FLAGS = ["preset", "mode", "inner_optimizer", "muon_lr", "muon_scale", "ns_steps", "ef_beta",
+                    "signmuon_polar", "vocab_size", "n_layer", "n_head", "d_model", "context", "inner_steps", "rounds",
                     "batch_size", "inner_lr", "warmup_steps", "weight_decay", "grad_clip", "uplink_codec",
                     "downlink_codec", "eval_every"]
 
@@ -17,9 +18,10 @@ def run(*args, timeout=60):
 class Cli(unittest.TestCase):
     def test_help_lists_every_flag_with_default(self):
         server = {"listen", "port_file", "min_quorum", "round_timeout_s", "heartbeat_timeout_s", "outer_lr",
-                  "outer_momentum", "nesterov", "chunk_bytes", "linger_s", "save_final", *RUN_CONFIG_FLAGS}
+                  "outer_momentum", "nesterov", "chunk_bytes", "linger_s", "save_final", "checkpoint_dir",
+                  "checkpoint_every", "keep_checkpoints", *RUN_CONFIG_FLAGS}
         worker = {"server", "name", "data", "val_data", "heartbeat_s", "connect_timeout_s", "save_final",
-                  "threads", "baseline", *RUN_CONFIG_FLAGS}
+                  "threads", "baseline", "retry_timeout_s", "leave_after", *RUN_CONFIG_FLAGS}
         for binary, flags in ((SERVER_BIN, server), (WORKER_BIN, worker)):
             out = run(binary, "--help")
             text = out.stdout + out.stderr
@@ -38,6 +40,12 @@ class Cli(unittest.TestCase):
         self.assertIn("unknown codec", out.stderr)
         out = run(SERVER_BIN, "--outer_momentum=1.5")
         self.assertEqual(out.returncode, 2)
+        out = run(SERVER_BIN, "--preset=nope")
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("unknown preset", out.stderr)
+        out = run(SERVER_BIN, "--preset=signmuon", "--uplink_codec=quant:bits=2")
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("signmuon needs", out.stderr)
         out = run(WORKER_BIN, "--baseline", "--data=/nonexistent")
         self.assertEqual(out.returncode, 1)
         self.assertIn("/nonexistent", out.stderr)
