@@ -373,11 +373,15 @@ absl::StatusOr<CodecConfig> ParseCodec(absl::string_view spec) {
         c.dense_vectors = p.second == "dense";
         continue;
       }
+      if (p.first == "ratio") {
+        if (!absl::SimpleAtod(p.second, &c.ratio) || !(c.ratio > 0 && c.ratio <= 1)) return bad("ratio must be in (0, 1]");
+        continue;
+      }
       if (!absl::SimpleAtoi(p.second, &v)) return bad(absl::StrCat("'", kv, "' is not key=unsigned"));
       if (p.first == "bits") c.bits = static_cast<int>(v);
       else if (p.first == "chunk") c.chunk = v;
       else if (p.first == "k") c.k = v;
-      else return bad(absl::StrCat("unknown key '", p.first, "' (known: bits, chunk, k, vectors)"));
+      else return bad(absl::StrCat("unknown key '", p.first, "' (known: bits, chunk, k, ratio, vectors)"));
     }
   }
   if (c.scheme == Scheme::kSign && c.bits != 1) return bad("sign codes are 1 bit");
@@ -394,7 +398,10 @@ std::string CodecName(const CodecConfig& c) {
     case Scheme::kDenseBf16: break;
     case Scheme::kQuant:
     case Scheme::kLinear: absl::StrAppend(&out, ":bits=", c.bits, ",chunk=", c.chunk); break;
-    case Scheme::kTopK: absl::StrAppend(&out, ":chunk=", c.chunk, ",k=", c.k, ",bits=", c.bits); break;
+    case Scheme::kTopK:
+      if (c.ratio > 0) absl::StrAppend(&out, ":ratio=", c.ratio, ",bits=", c.bits);
+      else absl::StrAppend(&out, ":chunk=", c.chunk, ",k=", c.k, ",bits=", c.bits);
+      break;
     case Scheme::kSign: absl::StrAppend(&out, ":chunk=", c.chunk); break;
   }
   if (!c.dense_vectors && c.scheme != Scheme::kDenseFp32) absl::StrAppend(&out, out.find(':') == std::string::npos ? ":" : ",", "vectors=same");
@@ -414,7 +421,16 @@ std::vector<Segment> PlanSegments(const std::vector<TensorShape>& tensors, const
       case Scheme::kDenseBf16: s.bits = 16; break;
       case Scheme::kQuant:
       case Scheme::kLinear: s.bits = c.bits; s.chunk = c.chunk; break;
-      case Scheme::kTopK: s.bits = c.bits; s.chunk = c.chunk; s.k = c.k; break;
+      case Scheme::kTopK:
+        s.bits = c.bits;
+        s.chunk = c.chunk;
+        s.k = c.k;
+        if (c.ratio > 0) {  // one chunk over the whole tensor (capped at 2^24 elements)
+          s.chunk = 2;
+          while (s.chunk < t.numel && s.chunk < kMaxChunk) s.chunk *= 2;
+          s.k = static_cast<uint32_t>(std::clamp<double>(std::floor(t.numel * c.ratio), 1.0, s.chunk));
+        }
+        break;
       case Scheme::kSign: s.bits = 1; s.chunk = c.chunk; break;
     }
     out.push_back(s);

@@ -47,7 +47,8 @@ inline constexpr size_t kSegmentEntryBytes = 32;
 inline constexpr uint8_t kPayloadVersion = 2;
 
 // A run's choice of compression, parsed from "scheme[:key=value,...]", e.g. "dense-fp32",
-// "quant:bits=2", "topk:chunk=4096,k=32,bits=2", "sign". Keys: bits, chunk, k, vectors
+// "quant:bits=2", "topk:chunk=4096,k=32,bits=2", "topk:ratio=0.01", "sign". Keys: bits, chunk,
+// k, ratio (top-k per tensor instead of per chunk), vectors
 // (vectors=dense keeps 1-D tensors such as gains and biases dense fp32; vectors=same
 // compresses them too).
 struct CodecConfig {
@@ -55,6 +56,8 @@ struct CodecConfig {
   int bits = 2;            // quant/linear code bits (1, 2, 4, 8); topk value bits (also 32)
   uint32_t chunk = 4096;   // elements per chunk; a multiple of 8 (topk: a power of two)
   uint32_t k = 32;         // topk: entries kept per chunk
+  double ratio = 0;        // topk per tensor: keep max(1, floor(numel * ratio)) of each tensor
+                           // (one chunk spanning the tensor, up to 2^24 elements); 0: chunked
   bool dense_vectors = true;
 };
 absl::StatusOr<CodecConfig> ParseCodec(absl::string_view spec);

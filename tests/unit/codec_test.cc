@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -106,6 +107,30 @@ TEST(Codec, TopKDecodesOnlyTheLargestPerChunk) {
     }
     EXPECT_EQ(kept, std::min<size_t>(4, len));
   }
+}
+
+TEST(Codec, TopKPerTensorRatioKeepsThatShareOfEachTensor) {
+  const CodecConfig c = *ParseCodec("topk:ratio=0.01,bits=32");
+  EXPECT_EQ(CodecName(c), "topk:ratio=0.01,bits=32");
+  const std::vector<Segment> segs = PlanSegments({TensorShape{10, 5000, false}, TensorShape{1, 50, false}}, c);
+  EXPECT_EQ(segs[0].chunk, 8192u);
+  EXPECT_EQ(segs[0].k, 50u);
+  EXPECT_EQ(segs[1].k, 1u);  // at least one per tensor
+  std::vector<float> x = Random(5050, 3), y(5050, 0.0f);
+  ASSERT_TRUE(DecodeAccumulate(Encode(segs, x.data()), 5050, y.data()).ok());
+  std::vector<float> mags;
+  for (size_t i = 0; i < 5000; ++i) mags.push_back(std::fabs(x[i]));
+  std::sort(mags.rbegin(), mags.rend());
+  size_t kept = 0;
+  for (size_t i = 0; i < 5000; ++i) {
+    if (y[i] != 0) {
+      ++kept;
+      EXPECT_GE(std::fabs(x[i]), mags[49]);
+    }
+  }
+  EXPECT_EQ(kept, 50u);
+  EXPECT_FALSE(ParseCodec("topk:ratio=0").ok());
+  EXPECT_FALSE(ParseCodec("topk:ratio=2").ok());
 }
 
 TEST(Codec, ErrorFeedbackConservesTheSumOverManyRounds) {
