@@ -1,4 +1,4 @@
-// libFuzzer target for the payload decoder (common/codec.h: DecodeAccumulate).
+// libFuzzer target for the payload decoder (common/codec.h: DecodeAccumulate, VoteAccumulate).
 //
 // Input: 2 control bytes (expected element count n and optional header fix-ups, see
 // fuzz_input.h), then the payload. Whatever the bytes, decoding must either
@@ -56,6 +56,8 @@ void SelfCheck() {
 
 }  // namespace
 
+void CheckVotes(absl::string_view view, size_t n, size_t bytes);
+
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   SelfCheck();
   return 0;
@@ -72,6 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (bytes) std::memcpy(payload.get(), data + kControlBytes, bytes);
   muloco::fuzz::ApplyFixes(control, n, payload.get(), bytes);
   const absl::string_view view(payload.get(), bytes);
+  CheckVotes(view, n, bytes);
 
   std::unique_ptr<float[]> sum(new float[n]);
   for (size_t i = 0; i < n; ++i) sum[i] = kPoison;
@@ -95,4 +98,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!s2.ok()) Fail("second decode of an accepted payload failed", s2, n, bytes);
   if (n && std::memcmp(sum.get(), again.get(), n * sizeof(float)) != 0) Fail("two decodes differ", s2, n, bytes);
   return 0;
+}
+
+// The vote counter (SignMuon) takes the same hostile bytes: it either adds exactly +-1 per
+// element or rejects with INVALID_ARGUMENT and leaves the counts untouched.
+void CheckVotes(absl::string_view view, size_t n, size_t bytes) {
+  constexpr int32_t kStart = 7;
+  std::unique_ptr<int32_t[]> counts(new int32_t[n]);
+  for (size_t i = 0; i < n; ++i) counts[i] = kStart;
+  const absl::Status s = muloco::VoteAccumulate(view, n, counts.get());
+  for (size_t i = 0; i < n; ++i) {
+    if (s.ok() ? (counts[i] != kStart + 1 && counts[i] != kStart - 1) : counts[i] != kStart) {
+      Fail(s.ok() ? "accepted vote payload did not add +-1" : "rejected vote payload wrote to counts", s, n, bytes);
+    }
+  }
+  if (!s.ok() && s.code() != absl::StatusCode::kInvalidArgument) Fail("vote rejected with another code", s, n, bytes);
 }
