@@ -63,18 +63,18 @@ class ClusterTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="muloco_it_")
         self.procs = []
+        self._problems_before = self._problems()
 
     def tearDown(self):
         for p in self.procs:
             p.kill()
-        if self._outcome_failed():
+        if self._problems() > self._problems_before:  # this test failed: show its processes' logs
             for p in self.procs:
                 print(f"---- {p.log_path}\n{p.text()[-6000:]}")
 
-    def _outcome_failed(self):
-        result = getattr(self, "_outcome", None)
-        errors = getattr(result, "errors", None) or getattr(getattr(result, "result", None), "errors", [])
-        return any(err for _, err in errors) if errors else False
+    def _problems(self):
+        result = getattr(getattr(self, "_outcome", None), "result", None)
+        return len(result.failures) + len(result.errors) if result else 0
 
     def path(self, name):
         return os.path.join(self.tmp, name)
