@@ -101,6 +101,22 @@ class ClusterTest(unittest.TestCase):
         self.procs.append(proc)
         return proc
 
+    def run_cluster(self, workers, *server_flags, tag="", timeout=400):
+        """Runs a server and `workers` workers to the end of the run: every process exits 0 and
+        every worker's final parameters are bit-identical to the server's. Returns (server, workers)."""
+        server, addr = self.start_server(*server_flags, f"--save_final={self.path(tag + 'server.bin')}",
+                                         name=tag + "server")
+        procs = [self.start_worker(addr, f"--save_final={self.path(f'{tag}w{i}.bin')}", f"--name={tag}w{i}",
+                                   name=f"{tag}w{i}") for i in range(workers)]
+        for w in procs:
+            self.assertEqual(w.wait(timeout=timeout), 0, w.text())
+        self.assertEqual(server.wait(timeout=60), 0, server.text())
+        server_params = self.read_bytes(tag + "server.bin")
+        self.assertGreater(len(server_params), 0)
+        for i in range(workers):
+            self.assertEqual(self.read_bytes(f"{tag}w{i}.bin"), server_params, f"worker {i} differs from the server")
+        return server, procs
+
     def wait_for(self, proc, pattern, timeout):
         """Polls proc's log until `pattern` matches; returns the match."""
         deadline = time.time() + timeout

@@ -16,24 +16,18 @@ COMPRESSED = ["--uplink_codec=linear:bits=2,chunk=256", "--downlink_codec=linear
 
 
 class Compression(ClusterTest):
-    def run_cluster(self, tag, *flags):
-        server, addr = self.start_server(*RUN, *flags, f"--save_final={self.path(tag + '.bin')}", name=tag)
-        workers = [self.start_worker(addr, f"--save_final={self.path(f'{tag}{i}.bin')}", name=f"{tag}-w{i}")
-                   for i in range(2)]
-        for w in workers:
-            self.assertEqual(w.wait(timeout=400), 0, w.text())
-        self.assertEqual(server.wait(timeout=60), 0, server.text())
-        for i in range(2):
-            self.assertEqual(self.read_bytes(f"{tag}{i}.bin"), self.read_bytes(f"{tag}.bin"))
+    def final_of(self, tag, *flags):
+        """(final loss, start loss, bytes up, bytes down) of worker 0 in a two-worker run."""
+        _, workers = self.run_cluster(2, *RUN, *flags, tag=tag + "-")
         final = re.search(r"final: val_loss ([\d.]+) \(start ([\d.]+)\) after 25 rounds; up (\d+) bytes, down (\d+)",
                           workers[0].text())
         self.assertIsNotNone(final, workers[0].text())
         return float(final.group(1)), float(final.group(2)), int(final.group(3)), int(final.group(4))
 
     def test_two_bit_both_ways_is_near_lossless_with_12x_less_traffic(self):
-        dense_loss, start, dense_up, dense_down = self.run_cluster(
+        dense_loss, start, dense_up, dense_down = self.final_of(
             "dense", "--uplink_codec=dense-fp32", "--downlink_codec=dense-fp32")
-        loss, start2, up, down = self.run_cluster("q2", *COMPRESSED)
+        loss, start2, up, down = self.final_of("q2", *COMPRESSED)
         print(f"dense {dense_loss:.4f}  2-bit {loss:.4f} ({100 * (loss / dense_loss - 1):+.2f}%)  "
               f"up {dense_up / up:.1f}x  down {dense_down / down:.1f}x smaller")
         self.assertEqual(start, start2)

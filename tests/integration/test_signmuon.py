@@ -12,17 +12,11 @@ MODEL = ["--n_layer=1", "--n_head=2", "--d_model=32", "--context=32", "--batch_s
 
 class SignMuon(ClusterTest):
     def test_three_workers_vote_with_one_bit_per_parameter(self):
-        server, addr = self.start_server(*MODEL, "--preset=signmuon", "--rounds=120", "--eval_every=40",
-                                         "--min_quorum=3", f"--save_final={self.path('server.bin')}")
-        n = int(self.wait_for(server, r"(\d+) parameters", timeout=30).group(1))
-        workers = [self.start_worker(addr, f"--save_final={self.path(f'w{i}.bin')}", name=f"w{i}") for i in range(3)]
-        for w in workers:
-            self.assertEqual(w.wait(timeout=300), 0, w.text())
-        self.assertEqual(server.wait(timeout=60), 0, server.text())
+        server, workers = self.run_cluster(3, *MODEL, "--preset=signmuon", "--rounds=120", "--eval_every=40",
+                                           "--min_quorum=3")
+        n = int(re.search(r"(\d+) parameters", server.text()).group(1))
         losses = self.val_losses(workers[0])
         self.assertLess(losses[120], 0.8 * losses[0], losses)
-        for i in range(3):
-            self.assertEqual(self.read_bytes(f"w{i}.bin"), self.read_bytes("server.bin"))
         closed = re.findall(r"round \d+ closed: 3 contributors, \d+ expected, up (\d+) bytes", server.text())
         self.assertEqual(len(closed), 120)
         per_push = {int(b) // 3 for b in closed}
@@ -40,18 +34,12 @@ class SignMuon(ClusterTest):
 
 class MuLoCo(ClusterTest):
     def test_muloco_two_bit_trains_end_to_end(self):
-        server, addr = self.start_server(*MODEL, "--preset=muloco-2bit", "--rounds=8", "--inner_steps=10",
-                                         "--min_quorum=2", f"--save_final={self.path('server.bin')}")
-        workers = [self.start_worker(addr, f"--save_final={self.path(f'w{i}.bin')}", name=f"w{i}") for i in range(2)]
-        for w in workers:
-            self.assertEqual(w.wait(timeout=300), 0, w.text())
-        self.assertEqual(server.wait(timeout=60), 0, server.text())
+        _, workers = self.run_cluster(2, *MODEL, "--preset=muloco-2bit", "--rounds=8", "--inner_steps=10",
+                                      "--min_quorum=2")
         losses = self.val_losses(workers[0])
         self.assertLess(losses[8], 0.75 * losses[0], losses)
         self.assertIn("muloco-2bit: diloco", workers[0].text())  # the preset reached the worker via Join
         self.assertIn("inner=muon", workers[0].text())
-        for i in range(2):
-            self.assertEqual(self.read_bytes(f"w{i}.bin"), self.read_bytes("server.bin"))
 
 
 if __name__ == "__main__":
