@@ -192,7 +192,7 @@ int WorkerSession::Run() {
       evaluate(r);
       last_eval = r;
     }
-    std::vector<float> ef_next = ef;
+    std::vector<float> ef_next;  // ef after this push; adopted only once the push is accepted
     double train_loss = 0;
     std::string payload;
     if (signmuon) {
@@ -200,8 +200,9 @@ int WorkerSession::Run() {
       train_loss = trainer.SignDirection(pub_.params.data(), delta.data());
       payload = Compress(uplink, nullptr, 1.0f, delta.data());
     } else {
-      // ef is updated only once the push is accepted, so a refused push loses nothing.
+      // Compress into a copy of ef, so a refused push loses nothing.
       train_loss = trainer.TrainRound(pub_.params.data(), r * config_.inner_steps(), delta.data());
+      ef_next = ef;
       payload = Compress(uplink, delta.data(), config_.ef_beta(), ef_next.data());
     }
     absl::Status pushed = Retry([&] { return client_.Push(id_.load(), r, payload, static_cast<float>(train_loss)); },
@@ -213,7 +214,7 @@ int WorkerSession::Run() {
       continue;
     }
     if (!pushed.ok()) return Fail(pushed);
-    ef.swap(ef_next);
+    if (!signmuon) ef.swap(ef_next);
     absl::StatusOr<RoundResult> result =
         Retry([&] { return client_.AwaitRound(id_.load(), r); }, o_.retry_timeout_s, tag_.c_str());
     if (recoverable(result.status())) {
