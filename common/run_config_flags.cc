@@ -54,7 +54,7 @@ ABSL_FLAG(float, outer_lr, D().outer_lr(), "Outer learning rate (diloco: SGD; si
 ABSL_FLAG(float, outer_momentum, D().outer_momentum(), "Outer SGD momentum (lr 1, momentum 0: plain averaging)");
 ABSL_FLAG(bool, nesterov, D().outer_nesterov(), "Use Nesterov momentum in the outer step");
 ABSL_FLAG(bool, signmuon_polar, D().signmuon_polar(), "signmuon: Newton-Schulz polar step on each matrix's vote");
-ABSL_FLAG(uint64_t, data_seed, D().data_seed(), "Base data seed; each worker adds its id");
+ABSL_FLAG(uint64_t, data_seed, D().data_seed(), "Base data seed; each worker adds its join index (0 for the first to join)");
 ABSL_FLAG(uint32_t, eval_every, D().eval_every(), "Rounds between validation evaluations (0: never)");
 ABSL_FLAG(uint32_t, eval_batches, D().eval_batches(), "Validation batches per evaluation");
 

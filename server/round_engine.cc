@@ -49,10 +49,10 @@ RoundEngine::Joined RoundEngine::Join(const std::string& name) {
   const uint64_t id = next_worker_id_++;
   members_[id] = Member{name, clock_->Now()};
   if (pushed_.empty()) expected_.insert(id);
-  ++stats_.joins;
+  const uint64_t join_index = stats_.joins++;
   Logf("server", "worker %llu (%s) joined at round %llu; %zu live", static_cast<unsigned long long>(id),
        name.c_str(), static_cast<unsigned long long>(open_round_), members_.size());
-  return Joined{id, open_round_, pub_checksum_};
+  return Joined{id, open_round_, pub_checksum_, join_index};
 }
 
 absl::Status RoundEngine::Heartbeat(uint64_t worker_id) {

@@ -106,6 +106,7 @@ class RoundEngine {
     uint64_t worker_id;
     uint64_t round;
     uint64_t checksum;
+    uint64_t join_index;  // 0 for the first join since start: a stable, non-random data seed offset
   };
   Joined Join(const std::string& name);
   // NOT_FOUND for unknown or evicted workers (they must join again).

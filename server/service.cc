@@ -30,6 +30,7 @@ grpc::Status MulocoService::Join(grpc::ServerContext*, const v1::JoinRequest* re
   *resp->mutable_config() = config_;
   resp->set_num_params(engine_->num_params());
   resp->set_model_checksum(j.checksum);
+  resp->set_join_index(j.join_index);
   return grpc::Status::OK;
 }
 

@@ -107,6 +107,7 @@ class WorkerSession {
   ServerClient client_;
   std::string name_, tag_ = "worker";
   std::atomic<uint64_t> id_{0};
+  uint64_t join_index_ = 0;  // of the first join: seeds this worker's data order
   v1::RunConfig config_;
   FetchedModel pub_;
 };
@@ -123,6 +124,7 @@ absl::Status WorkerSession::Join(double timeout_s) {
   if (joined->num_params() != TotalParams(GptLayout(joined->config().model()))) {
     return absl::InvalidArgumentError("server's parameter count does not match its config");
   }
+  if (id_ == 0) join_index_ = joined->join_index();
   config_ = joined->config();
   id_ = joined->worker_id();
   tag_ = absl::StrCat("worker ", id_.load());
@@ -162,7 +164,7 @@ int WorkerSession::Run() {
   absl::StatusOr<Corpus> corpus = LoadData(o_, config_);
   if (!corpus.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat("data: ", corpus.status().message())));
   Logf(tag_.c_str(), "data %s", corpus->description.c_str());
-  Trainer trainer(config_, &*corpus, config_.data_seed() + id_.load());
+  Trainer trainer(config_, &*corpus, config_.data_seed() + join_index_);
   const ParamLayout layout = GptLayout(config_.model());
   const size_t n = TotalParams(layout);
   const std::vector<Segment> uplink = PlanSegments(CodecShapes(layout), *ParseCodec(config_.uplink_codec()));

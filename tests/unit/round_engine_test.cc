@@ -33,6 +33,8 @@ struct Fixture {
 TEST(RoundEngine, ClosesWhenAllWorkersPushAndAverages) {
   Fixture f;
   auto a = f.engine.Join("a"), b = f.engine.Join("b");
+  EXPECT_EQ(a.join_index, 0u);  // join order, not the random id, seeds each worker's data
+  EXPECT_EQ(b.join_index, 1u);
   ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 2, 3, 4})).ok());
   EXPECT_EQ(f.engine.Stats().open_round, 0u);  // b still missing
   ASSERT_TRUE(f.engine.Push(b.worker_id, 0, DensePayload({3, 2, 1, 0})).ok());
