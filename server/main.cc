@@ -21,7 +21,9 @@
 #include "common/run_config.h"
 #include "common/run_config_flags.h"
 #include "server/checkpoint.h"
+#include "common/metrics.h"
 #include "server/round_engine.h"
+#include "server/server_metrics.h"
 #include "server/service.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "Address to serve on (port 0 picks a free port)");
@@ -35,6 +37,8 @@ ABSL_FLAG(std::string, checkpoint_dir, "", "Checkpoint here and resume from the 
 ABSL_FLAG(uint32_t, checkpoint_every, 1, "Rounds between checkpoints (also on the final round and on SIGTERM)");
 ABSL_FLAG(uint32_t, keep_checkpoints, 3, "Checkpoints kept (the newest)");
 ABSL_FLAG(std::string, save_final, "", "If set, write the final public parameters (raw fp32) here");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "Serve Prometheus metrics at http://ADDRESS/metrics, e.g. 0.0.0.0:9090 (port 0 picks one; empty: off)");
 
 namespace {
 
@@ -155,6 +159,12 @@ int main(int argc, char** argv) {
   }
   Logf("server", "serving on port %d: %s, %zu parameters", port, DescribeRunConfig(config).c_str(),
        engine.num_params());
+  bool metrics_failed = false;
+  const uint64_t dense_bytes = PayloadBytes(DenseSegments(n));
+  std::unique_ptr<MetricsEndpoint> metrics = StartMetricsOrReport(
+      absl::GetFlag(FLAGS_metrics_listen), "server",
+      [&] { return ServerMetrics(engine.Stats(), service.Wire(), dense_bytes); }, &metrics_failed);
+  if (metrics_failed) return 1;
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
 

@@ -18,6 +18,10 @@ MulocoService::MulocoService(RoundEngine* engine, v1::RunConfig config, ServiceO
       max_payload_bytes_(options.max_payload_bytes ? options.max_payload_bytes
                                                    : PayloadBytes(DenseSegments(engine->num_params()))) {}
 
+WireStats MulocoService::Wire() const {
+  return WireStats{updates_sent_.load(), update_bytes_sent_.load(), model_fetches_.load(), model_bytes_sent_.load()};
+}
+
 grpc::Status MulocoService::Join(grpc::ServerContext*, const v1::JoinRequest* req, v1::JoinResponse* resp) {
   if (req->protocol_version() != 1) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -55,8 +59,10 @@ grpc::Status MulocoService::FetchModel(grpc::ServerContext* ctx, const v1::Fetch
     chunk.set_data(reinterpret_cast<const char*>(snap.params->data() + offset), count * sizeof(float));
     chunk.set_chunk_checksum(Checksum64(chunk.data().data(), chunk.data().size()));
     if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "client went away");
+    model_bytes_sent_ += count * sizeof(float);
     offset += count;
   } while (offset < n);
+  ++model_fetches_;
   return grpc::Status::OK;
 }
 
@@ -114,8 +120,10 @@ grpc::Status MulocoService::AwaitRound(grpc::ServerContext* ctx, const v1::Await
     chunk.set_done(update->done);
     chunk.set_data(payload.data() + offset, count);
     if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "client went away");
+    update_bytes_sent_ += count;
     offset += count;
   } while (offset < payload.size());
+  ++updates_sent_;
   return grpc::Status::OK;
 }
 

@@ -10,6 +10,12 @@
 
 namespace muloco {
 
+// Bytes this service actually wrote to workers (the engine counts payloads once per round).
+struct WireStats {
+  uint64_t updates_sent = 0, update_bytes_sent = 0;  // AwaitRound replies and their payload bytes
+  uint64_t model_fetches = 0, model_bytes_sent = 0;  // completed FetchModel streams; parameter bytes sent
+};
+
 struct ServiceOptions {
   size_t chunk_bytes = 1 << 20;     // bytes per streamed chunk (model and updates)
   uint64_t max_payload_bytes = 0;   // larger pushes are refused (0: a dense fp32 model's size)
@@ -22,6 +28,7 @@ class MulocoService final : public v1::Muloco::Service {
 
   // Makes blocked AwaitRound calls return UNAVAILABLE (server shutting down).
   void BeginShutdown() { shutting_down_ = true; }
+  WireStats Wire() const;
 
   grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest*, v1::JoinResponse*) override;
   grpc::Status FetchModel(grpc::ServerContext*, const v1::FetchModelRequest*,
@@ -38,6 +45,7 @@ class MulocoService final : public v1::Muloco::Service {
   const ServiceOptions options_;
   const size_t max_payload_bytes_;
   std::atomic<bool> shutting_down_{false};
+  std::atomic<uint64_t> updates_sent_{0}, update_bytes_sent_{0}, model_fetches_{0}, model_bytes_sent_{0};
 };
 
 }  // namespace muloco

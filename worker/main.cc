@@ -20,6 +20,8 @@ ABSL_FLAG(double, retry_timeout_s, 600, "Keep retrying an unavailable server thi
 ABSL_FLAG(uint64_t, leave_after, 0, "Leave after contributing this many rounds (0: stay to the end of the run)");
 ABSL_FLAG(std::string, save_final, "", "If set, write the final parameters (raw fp32) here");
 ABSL_FLAG(int32_t, threads, 1, "LibTorch intra-op threads");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "Serve Prometheus metrics at http://ADDRESS/metrics, e.g. 0.0.0.0:9091 (port 0 picks one; empty: off)");
 ABSL_FLAG(bool, baseline, false, "Train alone, without a server, using the run-config flags");
 
 int main(int argc, char** argv) {
@@ -43,6 +45,7 @@ int main(int argc, char** argv) {
   o.save_final = absl::GetFlag(FLAGS_save_final);
   o.retry_timeout_s = absl::GetFlag(FLAGS_retry_timeout_s);
   o.leave_after = absl::GetFlag(FLAGS_leave_after);
+  o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   if (!absl::GetFlag(FLAGS_baseline)) return RunWorker(o);
   const v1::RunConfig config = RunConfigFromFlags();
   if (absl::Status s = ValidateRunConfig(config); !s.ok()) {

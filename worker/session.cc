@@ -18,11 +18,13 @@
 #include "common/checksum.h"
 #include "common/codec.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/model_layout.h"
 #include "common/run_config.h"
 #include "worker/client.h"
 #include "worker/data.h"
 #include "worker/trainer.h"
+#include "worker/worker_metrics.h"
 
 namespace muloco {
 namespace {
@@ -102,6 +104,12 @@ class WorkerSession {
   absl::Status Join(double timeout_s);
   absl::Status Resync();
   int Fail(const absl::Status& s);
+  // Changes the counters that /metrics reports (only this thread writes them).
+  template <typename F>
+  void Count(F change) {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    change(stats_);
+  }
 
   const WorkerOptions& o_;
   ServerClient client_;
@@ -110,6 +118,8 @@ class WorkerSession {
   uint64_t join_index_ = 0;  // of the first join: seeds this worker's data order
   v1::RunConfig config_;
   FetchedModel pub_;
+  std::mutex stats_mu_;
+  WorkerStats stats_;  // guarded by stats_mu_ for the metrics endpoint's reads
 };
 
 absl::Status WorkerSession::Join(double timeout_s) {
@@ -140,6 +150,10 @@ absl::Status WorkerSession::Resync() {
         Retry([&] { return client_.FetchModel(id_.load()); }, o_.retry_timeout_s, tag_.c_str());
     if (m.ok()) {
       pub_ = *std::move(m);
+      Count([&](WorkerStats& st) {
+        ++st.model_fetches;
+        st.round = pub_.round;
+      });
       Logf(tag_.c_str(), "fetched model at round %llu (%zu parameters)", static_cast<unsigned long long>(pub_.round),
            pub_.params.size());
       return absl::OkStatus();
@@ -157,6 +171,15 @@ int WorkerSession::Fail(const absl::Status& s) {
 }
 
 int WorkerSession::Run() {
+  bool metrics_failed = false;
+  std::unique_ptr<MetricsEndpoint> metrics = StartMetricsOrReport(
+      o_.metrics_listen, "worker",
+      [this] {
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        return WorkerMetrics(stats_);
+      },
+      &metrics_failed);
+  if (metrics_failed) return 2;
   if (absl::Status s = Join(o_.connect_timeout_s); !s.ok()) {
     std::fprintf(stderr, "muloco-worker: cannot join %s: %s\n", o_.server.c_str(), s.ToString().c_str());
     return 1;
@@ -174,10 +197,12 @@ int WorkerSession::Run() {
 
   const double dense = static_cast<double>(PayloadBytes(DenseSegments(n)));
   std::vector<float> delta(n), ef(n, 0.0f);  // error feedback persists across rounds
-  uint64_t rounds_done = 0, bytes_up = 0, bytes_down = 0;
+  const uint64_t tokens_per_round =
+      uint64_t{signmuon ? 1 : config_.inner_steps()} * config_.batch_size() * config_.model().context();
   double first_val = -1, last_val = -1;
   auto evaluate = [&](uint64_t round) {
     last_val = trainer.Evaluate(pub_.params.data());
+    Count([&](WorkerStats& st) { st.val_loss = last_val; });
     if (first_val < 0) first_val = last_val;
     Logf(tag_.c_str(), "eval: round %llu val_loss %.4f", static_cast<unsigned long long>(round), last_val);
   };
@@ -235,9 +260,14 @@ int WorkerSession::Run() {
       pub_.round = result->next_round;
       pub_.checksum = result->checksum;
     }
-    ++rounds_done;
-    bytes_up += payload.size();
-    bytes_down += result->payload.size();
+    Count([&](WorkerStats& st) {
+      ++st.rounds_done;
+      st.round = pub_.round;
+      st.bytes_up += payload.size();
+      st.bytes_down += result->payload.size();
+      st.tokens += tokens_per_round;
+      st.train_loss = train_loss;
+    });
     Logf(tag_.c_str(),
          "round %llu: train_loss %.4f, up %zu bytes (%.1fx smaller than dense fp32), down %zu bytes (%.1fx), "
          "%u contributors, checksum %016llx ok",
@@ -245,8 +275,9 @@ int WorkerSession::Run() {
          result->payload.size(), dense / result->payload.size(), result->contributors,
          static_cast<unsigned long long>(pub_.checksum));
     if (result->done) break;
-    if (o_.leave_after && rounds_done >= o_.leave_after) {
-      Logf(tag_.c_str(), "leaving after %llu rounds (--leave_after)", static_cast<unsigned long long>(rounds_done));
+    if (o_.leave_after && stats_.rounds_done >= o_.leave_after) {
+      Logf(tag_.c_str(), "leaving after %llu rounds (--leave_after)",
+           static_cast<unsigned long long>(stats_.rounds_done));
       break;
     }
   }
@@ -256,8 +287,9 @@ int WorkerSession::Run() {
   if (!SaveParams(o_.save_final, pub_.params)) return Fail(absl::UnavailableError("cannot write " + o_.save_final));
   Logf(tag_.c_str(),
        "final: val_loss %.4f (start %.4f) after %llu rounds; up %llu bytes, down %llu bytes; checksum %016llx",
-       last_val, first_val, static_cast<unsigned long long>(rounds_done), static_cast<unsigned long long>(bytes_up),
-       static_cast<unsigned long long>(bytes_down), static_cast<unsigned long long>(pub_.checksum));
+       last_val, first_val, static_cast<unsigned long long>(stats_.rounds_done),
+       static_cast<unsigned long long>(stats_.bytes_up), static_cast<unsigned long long>(stats_.bytes_down),
+       static_cast<unsigned long long>(pub_.checksum));
   return 0;
 }
 

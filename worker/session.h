@@ -18,6 +18,7 @@ struct WorkerOptions {
   double retry_timeout_s = 600;            // later: ride out outages (server restart, cut link) this long
   std::string save_final;                  // write final parameters (raw fp32) here
   uint64_t leave_after = 0;                // leave after contributing this many rounds (0: stay to the end)
+  std::string metrics_listen;              // serve Prometheus metrics here ("host:port"; empty: off)
 };
 
 // Returns a process exit code.

@@ -1,0 +1,37 @@
+// ServerMetrics (see server_metrics.h).
+#include "server/server_metrics.h"
+
+namespace muloco {
+
+std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w, uint64_t dense_payload_bytes) {
+  auto d = [](uint64_t v) { return static_cast<double>(v); };
+  auto rejected = [&](const char* reason, uint64_t v) {
+    return MetricSample{"muloco_rejected_pushes_total", "Pushes refused, by reason", true, d(v), {{"reason", reason}}};
+  };
+  return {
+      {"muloco_open_round", "The round now open", false, d(e.open_round)},
+      {"muloco_run_done", "1 once the final round has closed", false, e.done ? 1.0 : 0.0},
+      {"muloco_live_workers", "Workers joined and not evicted or left", false, d(e.live_workers)},
+      {"muloco_rounds_closed_total", "Rounds closed since this server started", true, d(e.rounds_closed)},
+      {"muloco_joins_total", "Join calls served", true, d(e.joins)},
+      {"muloco_leaves_total", "Workers that left", true, d(e.leaves)},
+      {"muloco_evictions_total", "Workers evicted for missing heartbeats", true, d(e.evictions)},
+      {"muloco_pushes_total", "Pushes accepted into a round", true, d(e.pushes_accepted)},
+      rejected("unknown_worker", e.rejected_unknown_worker),
+      rejected("wrong_round", e.rejected_wrong_round),
+      rejected("duplicate", e.rejected_duplicate),
+      rejected("bad_payload", e.rejected_bad_payload),
+      {"muloco_uplink_bytes_total", "Payload bytes of accepted pushes", true, d(e.bytes_up)},
+      {"muloco_downlink_payload_bytes_total", "Payload bytes of each closed round's update, counted once",
+       true, d(e.bytes_down)},
+      {"muloco_downlink_bytes_sent_total", "Update payload bytes written to workers (AwaitRound)", true,
+       d(w.update_bytes_sent)},
+      {"muloco_updates_sent_total", "Round updates delivered to workers", true, d(w.updates_sent)},
+      {"muloco_model_fetches_total", "Complete model fetches served", true, d(w.model_fetches)},
+      {"muloco_model_bytes_sent_total", "Parameter bytes streamed by model fetches", true, d(w.model_bytes_sent)},
+      {"muloco_dense_payload_bytes", "Bytes of one dense fp32 payload of this model (compression reference)",
+       false, d(dense_payload_bytes)},
+  };
+}
+
+}  // namespace muloco

@@ -1,0 +1,136 @@
+"""Prometheus metrics, read by a real Prometheus: the server and two workers serve /metrics
+(--metrics_listen=127.0.0.1:0), a `prometheus` process scrapes them every second, and what
+its query API returns agrees exactly with the processes' own logs. Also: the shipped
+deploy/prometheus.yml passes promtool, and a metrics port that is taken fails the start
+with a clear message."""
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+import unittest
+import urllib.parse
+import urllib.request
+
+from harness import TINY, ClusterTest, Proc, SERVER_BIN
+
+DEPLOY_CONFIG = os.path.join(os.path.dirname(__file__), "../../deploy/prometheus.yml")
+RUN = [*TINY, "--rounds=1000", "--inner_steps=4", "--uplink_codec=linear:bits=2,chunk=256",
+       "--downlink_codec=linear:bits=2,chunk=256", "--eval_every=0"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url, timeout=2):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.read().decode()
+
+
+class Metrics(ClusterTest):
+    def test_promtool_accepts_the_deploy_config(self):
+        r = subprocess.run([shutil.which("promtool"), "check", "config", DEPLOY_CONFIG], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_taken_metrics_port_fails_the_start(self):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+            proc = Proc([SERVER_BIN, "--listen=127.0.0.1:0", f"--metrics_listen=127.0.0.1:{s.getsockname()[1]}"],
+                        self.path("taken.log"))
+            self.procs.append(proc)
+            self.assertEqual(proc.wait(timeout=30), 1)
+        self.assertIn("cannot serve metrics on 127.0.0.1:", proc.text())
+
+    def start_prometheus(self, targets):
+        port = free_port()
+        jobs = "".join(f"""
+  - job_name: {job}
+    static_configs:
+      - targets: [{", ".join(f'"127.0.0.1:{p}"' for p in ports)}]
+""" for job, ports in targets.items())
+        config = self.path("prometheus.yml")
+        with open(config, "w") as f:
+            f.write(f"global:\n  scrape_interval: 1s\nscrape_configs:{jobs}")
+        proc = Proc([shutil.which("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={self.path('tsdb')}",
+                     f"--web.listen-address=127.0.0.1:{port}"], self.path("prometheus.log"))
+        self.procs.append(proc)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            self.assertIsNone(proc.p.poll(), proc.text())
+            try:
+                if http_get(base + "/-/ready")[0] == 200:
+                    return base
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.fail("prometheus never became ready:\n" + proc.text())
+
+    def query(self, base, promql):
+        """{frozenset(labels): value} of an instant query."""
+        _, body = http_get(f"{base}/api/v1/query?query={urllib.parse.quote(promql)}")
+        result = json.loads(body)
+        self.assertEqual(result["status"], "success", body)
+        return {frozenset(r["metric"].items()): float(r["value"][1]) for r in result["data"]["result"]}
+
+    def wait_query(self, base, promql, ok, timeout=90):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            values = self.query(base, promql)
+            if ok(values):
+                return values
+            time.sleep(0.5)
+        self.fail(f"{promql}: never satisfied; last {values}")
+
+    def test_prometheus_scrapes_server_and_workers(self):
+        server, addr = self.start_server(*RUN, "--metrics_listen=127.0.0.1:0")
+        server_port = int(self.wait_for(server, r"metrics on port (\d+)", 30).group(1))
+        workers = [self.start_worker(addr, "--metrics_listen=127.0.0.1:0", f"--name=w{i}", name=f"w{i}")
+                   for i in range(2)]
+        worker_ports = [int(self.wait_for(w, r"metrics on port (\d+)", 60).group(1)) for w in workers]
+
+        # The exposition text itself, fetched directly.
+        status, text = http_get(f"http://127.0.0.1:{server_port}/metrics")
+        self.assertEqual(status, 200)
+        self.assertIn("# TYPE muloco_rounds_closed_total counter", text)
+        self.assertIn('muloco_rejected_pushes_total{reason="bad_payload"} 0', text)
+
+        base = self.start_prometheus({"muloco-server": [server_port], "muloco-worker": worker_ports})
+        self.wait_query(base, "muloco_worker_rounds_total >= 3", lambda v: len(v) == 2)
+        ups = self.query(base, "up")
+        self.assertEqual(sorted(ups.values()), [1.0, 1.0, 1.0], ups)
+
+        # One push's payload size and its ratio to dense fp32, as the worker logs them.
+        logged = re.search(r"up (\d+) bytes \(([\d.]+)x smaller than dense fp32\)", workers[0].text())
+        payload, ratio = int(logged.group(1)), float(logged.group(2))
+        # Every push has that size; each scrape reads one consistent snapshot.
+        for promql in ["muloco_uplink_bytes_total / muloco_pushes_total",
+                       "muloco_worker_uplink_bytes_total / muloco_worker_rounds_total"]:
+            values = self.query(base, promql)
+            self.assertTrue(values, promql)
+            for v in values.values():
+                self.assertEqual(v, payload, promql)
+        dense = list(self.query(base, "muloco_dense_payload_bytes").values())
+        self.assertEqual(len(dense), 1)
+        self.assertAlmostEqual(dense[0] / payload, ratio, delta=0.05)
+        self.assertEqual(list(self.query(base, "muloco_live_workers").values()), [2.0])
+        rejected = self.query(base, "muloco_rejected_pushes_total")
+        self.assertEqual(sorted(dict(k)["reason"] for k in rejected),
+                         ["bad_payload", "duplicate", "unknown_worker", "wrong_round"])
+        self.assertEqual(set(rejected.values()), {0.0})
+        fetches = self.query(base, "muloco_model_fetches_total")
+        self.assertEqual(list(fetches.values()), [2.0])  # one fetch per worker, nothing more
+        losses = self.query(base, "muloco_worker_train_loss")
+        self.assertEqual(len(losses), 2)
+        for v in losses.values():
+            self.assertTrue(0 < v < 6, losses)
+
+
+if __name__ == "__main__":
+    unittest.main()
