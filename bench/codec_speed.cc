@@ -257,6 +257,10 @@ void RunKernels(uint64_t n, int repeats) {
        [&] {
          for (size_t c = 0; c < nc; ++c) kc::StatQuantize(x.data() + c * kChunk, kChunk, 2, lut, codes.data());
        }},
+      {"GaussianQuantize 2-bit", 4,
+       [&] {
+         for (size_t c = 0; c < nc; ++c) kc::GaussianQuantize(x.data() + c * kChunk, kChunk, 2, lut, codes.data());
+       }},
       {"LinearQuantize 2-bit", 4,
        [&] {
          float lo, step;

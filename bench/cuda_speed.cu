@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   struct Row { const char* name; std::function<void()> op; };
   const std::vector<Row> rows = {
       {"stat quantize 2-bit", [&] { cuda::StatQuantizeChunks(x, n, chunk, 2, lut, codes, nullptr); }},
+      {"gaussian (lloyd) quantize 2-bit", [&] { cuda::GaussianQuantizeChunks(x, n, chunk, 2, lut, codes, nullptr); }},
       {"linear quantize 2-bit", [&] { cuda::LinearQuantizeChunks(x, n, chunk, 2, lut, scale, codes, nullptr); }},
       {"pack codes 2-bit", [&] { cuda::PackCodes(codes, n, 2, packed, nullptr); }},
       {"dequantize-accumulate", [&] { cuda::DequantizeAccumulateChunks(lut, codes, n, chunk, 2, y, nullptr); }},

@@ -43,6 +43,7 @@ const char* Name(Scheme s) {
     case Scheme::kDenseFp32: return "dense-fp32";
     case Scheme::kDenseBf16: return "dense-bf16";
     case Scheme::kQuant: return "quant";
+    case Scheme::kLloyd: return "lloyd";
     case Scheme::kLinear: return "linear";
     case Scheme::kTopK: return "topk";
     case Scheme::kSign: return "sign";
@@ -71,6 +72,9 @@ absl::Status CheckSegment(const Segment& s) {
     case Scheme::kDenseBf16:
       if (s.bits != 16 || s.chunk || s.k) return bad("needs bits 16, no chunk, no k");
       return absl::OkStatus();
+    case Scheme::kLloyd:
+      if (!kernels::ValidGaussianBits(s.bits)) return bad(absl::StrCat("bits ", s.bits, " not in {1,2,4}"));
+      [[fallthrough]];
     case Scheme::kQuant:
     case Scheme::kLinear:
       if (!kernels::ValidCodeBits(s.bits)) return bad(absl::StrCat("bits ", s.bits, " not in {1,2,4,8}"));
@@ -134,16 +138,21 @@ void CompressSegment(const Segment& s, const float* delta, float beta, float* e,
       }
       return;
     case Scheme::kQuant:
+    case Scheme::kLloyd:
     case Scheme::kLinear: {
-      const uint64_t meta = s.scheme == Scheme::kQuant ? nbins : 2;
+      const uint64_t meta = s.scheme == Scheme::kLinear ? 2 : nbins;
       char* code_base = dst + NumChunks(s) * meta * 4;
       float lut[256];
       for (uint64_t c = 0; c < NumChunks(s); ++c) {
         const uint64_t off = c * s.chunk, len = ChunkLen(s, c);
         update(off, len);
         codes.resize(len);
-        if (s.scheme == Scheme::kQuant) {
-          kc::StatQuantize(e + off, len, s.bits, lut, codes.data());
+        if (s.scheme != Scheme::kLinear) {
+          if (s.scheme == Scheme::kQuant) {
+            kc::StatQuantize(e + off, len, s.bits, lut, codes.data());
+          } else {
+            kc::GaussianQuantize(e + off, len, s.bits, lut, codes.data());
+          }
           std::memcpy(dst + c * meta * 4, lut, nbins * 4);
         } else {
           float lo, step;
@@ -230,8 +239,9 @@ absl::Status DecodeSegment(const Segment& s, const char* d, float* sum) {
       }
       return absl::OkStatus();
     case Scheme::kQuant:
+    case Scheme::kLloyd:
     case Scheme::kLinear: {
-      const bool stat = s.scheme == Scheme::kQuant;
+      const bool stat = s.scheme != Scheme::kLinear;  // a decode table per chunk
       const uint64_t meta = stat ? nbins : 2;
       const char* code_base = d + NumChunks(s) * meta * 4;
       float lut[256];
@@ -359,10 +369,11 @@ absl::StatusOr<CodecConfig> ParseCodec(absl::string_view spec) {
   if (name == "dense-fp32" || name == "fp32") c.scheme = Scheme::kDenseFp32;
   else if (name == "dense-bf16" || name == "bf16") c.scheme = Scheme::kDenseBf16;
   else if (name == "quant") c.scheme = Scheme::kQuant;
+  else if (name == "lloyd") c.scheme = Scheme::kLloyd;
   else if (name == "linear") c.scheme = Scheme::kLinear;
   else if (name == "topk") c.scheme = Scheme::kTopK;
   else if (name == "sign") c.scheme = Scheme::kSign;
-  else return bad("unknown codec (known: dense-fp32, dense-bf16, quant, linear, topk, sign)");
+  else return bad("unknown codec (known: dense-fp32, dense-bf16, quant, lloyd, linear, topk, sign)");
   if (c.scheme == Scheme::kSign) c.bits = 1;
   if (!head.second.empty()) {
     for (absl::string_view kv : absl::StrSplit(head.second, ',')) {
@@ -397,6 +408,7 @@ std::string CodecName(const CodecConfig& c) {
     case Scheme::kDenseFp32:
     case Scheme::kDenseBf16: break;
     case Scheme::kQuant:
+    case Scheme::kLloyd:
     case Scheme::kLinear: absl::StrAppend(&out, ":bits=", c.bits, ",chunk=", c.chunk); break;
     case Scheme::kTopK:
       if (c.ratio > 0) absl::StrAppend(&out, ":ratio=", c.ratio, ",bits=", c.bits);
@@ -420,6 +432,7 @@ std::vector<Segment> PlanSegments(const std::vector<TensorShape>& tensors, const
       case Scheme::kDenseFp32: s.bits = 32; break;
       case Scheme::kDenseBf16: s.bits = 16; break;
       case Scheme::kQuant:
+      case Scheme::kLloyd:
       case Scheme::kLinear: s.bits = c.bits; s.chunk = c.chunk; break;
       case Scheme::kTopK:
         s.bits = c.bits;
@@ -449,7 +462,8 @@ uint64_t SegmentDataBytes(const Segment& s) {
   switch (s.scheme) {
     case Scheme::kDenseFp32: return n * 4;
     case Scheme::kDenseBf16: return n * 2;
-    case Scheme::kQuant: return nc * kernels::NumBins(s.bits) * 4 + kernels::PackedBytes(n, s.bits);
+    case Scheme::kQuant:
+    case Scheme::kLloyd: return nc * kernels::NumBins(s.bits) * 4 + kernels::PackedBytes(n, s.bits);
     case Scheme::kLinear: return nc * 8 + kernels::PackedBytes(n, s.bits);
     case Scheme::kTopK: {
       const uint64_t total = TotalK(s);

@@ -40,6 +40,7 @@ enum class Scheme : uint8_t {
   kLinear = 4,  // min/max quantizer
   kTopK = 5,    // chunked top-k with quantized (or fp32) values
   kSign = 6,    // 1 bit per element, scaled
+  kLloyd = 7,   // Lloyd–Max bins for Gaussian data, centroid table (same layout as kQuant)
 };
 
 inline constexpr size_t kPayloadHeaderBytes = 32;
@@ -47,7 +48,7 @@ inline constexpr size_t kSegmentEntryBytes = 32;
 inline constexpr uint8_t kPayloadVersion = 2;
 
 // A run's choice of compression, parsed from "scheme[:key=value,...]", e.g. "dense-fp32",
-// "quant:bits=2", "topk:chunk=4096,k=32,bits=2", "topk:ratio=0.01", "sign". Keys: bits, chunk,
+// "quant:bits=2", "lloyd:bits=2,chunk=512", "topk:chunk=4096,k=32,bits=2", "topk:ratio=0.01", "sign". Keys: bits, chunk,
 // k, ratio (top-k per tensor instead of per chunk), vectors
 // (vectors=dense keeps 1-D tensors such as gains and biases dense fp32; vectors=same
 // compresses them too).

@@ -17,6 +17,9 @@ const char* ErrorString(int error);
 // Per chunk of `chunk` elements (the last may be shorter): c = n_chunks = ceil(n / chunk).
 // lut: c * 2^bits floats; codes: n bytes. REQUIRES: bits in {1, 2, 4, 8}.
 int StatQuantizeChunks(const float* x, size_t n, size_t chunk, int bits, float* lut, uint8_t* codes, void* stream);
+// Same layout as StatQuantizeChunks. REQUIRES: bits in {1, 2, 4}.
+int GaussianQuantizeChunks(const float* x, size_t n, size_t chunk, int bits, float* lut, uint8_t* codes,
+                           void* stream);
 // lo, step: c floats each.
 int LinearQuantizeChunks(const float* x, size_t n, size_t chunk, int bits, float* lo, float* step, uint8_t* codes,
                          void* stream);

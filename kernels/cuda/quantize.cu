@@ -7,17 +7,16 @@
 namespace muloco::kernels::cuda {
 namespace {
 
-__global__ void StatQuantizeKernel(const float* x, size_t n, size_t chunk, int bits, float* lut_all, uint8_t* codes_all) {
-  __shared__ double lanes[2][kLanes];
-  __shared__ double bin_sum[16][kLanes];
-  __shared__ unsigned long long count[16];
-  const size_t c = blockIdx.x, off = c * chunk;
-  const size_t len = (n - off < chunk) ? n - off : chunk;
-  const float* xc = x + off;
-  uint8_t* codes = codes_all + off;
-  const int nbins = 1 << bits, half = nbins / 2, t = threadIdx.x;
-  float* lut = lut_all + c * nbins;
+struct BlockStats {
+  double mean, var;
+  float mu, scale;
+  bool flat;
+};
 
+// Chunk moments in the order of cpu::Stats (quantize.cc); every thread of the block calls.
+__device__ BlockStats ChunkStats(const float* xc, size_t len, int nbins) {
+  __shared__ double lanes[2][kLanes];
+  const int t = threadIdx.x;
   double s = 0, q = 0;
   for (size_t i = t; i < len; i += kLanes) {
     const double v = xc[i];
@@ -28,38 +27,93 @@ __global__ void StatQuantizeKernel(const float* x, size_t n, size_t chunk, int b
   lanes[1][t] = q;
   const double sum = BlockTreeReduce(lanes[0]);
   const double sumsq = BlockTreeReduce(lanes[1]);
-  const double mean = len ? sum / len : 0.0;
-  const float mu = static_cast<float>(mean);
-  const double var = len ? fmax(0.0, sumsq / len - mean * mean) : 0.0;
-  const float scale = static_cast<float>(6.0 * sqrt(var) / nbins);
-  if (!(scale > 0) || !isfinite(1.0f / scale)) {
-    for (int b = t; b < nbins; b += kLanes) lut[b] = mu;
-    for (size_t i = t; i < len; i += kLanes) codes[i] = static_cast<uint8_t>(half);
-    return;
-  }
-  const float inv = 1.0f / scale, offset = static_cast<float>(half);
-  if (bits == 8) {
-    for (size_t i = t; i < len; i += kLanes) codes[i] = Code((xc[i] - mu) * inv + offset, nbins);
-    for (int b = t; b < nbins; b += kLanes) lut[b] = static_cast<float>(mean + (b - half) * static_cast<double>(scale));
-    return;
-  }
+  BlockStats st;
+  st.mean = len ? sum / len : 0.0;
+  st.mu = static_cast<float>(st.mean);
+  st.var = len ? fmax(0.0, sumsq / len - st.mean * st.mean) : 0.0;
+  st.scale = static_cast<float>(6.0 * sqrt(st.var) / nbins);
+  st.flat = !(st.scale > 0) || !isfinite(1.0f / st.scale);
+  return st;
+}
+
+// cpu::CentroidTable: lut[b] = mu + mean of (x - mu) over bin b, else fallback[b]. Each
+// thread adds its elements (i = t, t + kLanes, ...) into its own lane, as the CPU does.
+__device__ void BlockCentroids(const float* xc, size_t len, float mu, const uint8_t* codes, int nbins,
+                               const float* fallback, float* lut) {
+  __shared__ double bin_sum[16][kLanes];
+  __shared__ unsigned long long count[16];
+  const int t = threadIdx.x;
   for (int b = 0; b < nbins; ++b) bin_sum[b][t] = 0.0;
   if (t < 16) count[t] = 0;
   __syncthreads();
   for (size_t i = t; i < len; i += kLanes) {
-    const float cv = xc[i] - mu;
-    const uint8_t code = Code(cv * inv + offset, nbins);
-    codes[i] = code;
-    bin_sum[code][t] += cv;
+    const uint8_t code = codes[i];
+    bin_sum[code][t] += xc[i] - mu;
     atomicAdd(&count[code], 1ull);
   }
   for (int b = 0; b < nbins; ++b) {
     const double bs = BlockTreeReduce(bin_sum[b]);
-    if (t == 0) {
-      lut[b] = count[b] ? static_cast<float>(static_cast<double>(mu) + bs / count[b])
-                        : static_cast<float>(mean + (b - half) * static_cast<double>(scale));
-    }
+    if (t == 0) lut[b] = count[b] ? static_cast<float>(static_cast<double>(mu) + bs / count[b]) : fallback[b];
   }
+}
+
+// This block's chunk of a batched quantizer call, with its moments. A flat chunk is already
+// written (codes nbins/2, table mu) when OpenChunk returns: the kernel just returns.
+struct BlockChunk {
+  const float* x;
+  uint8_t* codes;
+  float* lut;
+  size_t len;
+  BlockStats st;
+};
+__device__ BlockChunk OpenChunk(const float* x, size_t n, size_t chunk, int bits, float* lut_all, uint8_t* codes_all) {
+  const size_t c = blockIdx.x, off = c * chunk;
+  const int nbins = 1 << bits, t = threadIdx.x;
+  BlockChunk k{x + off, codes_all + off, lut_all + c * nbins, (n - off < chunk) ? n - off : chunk, {}};
+  k.st = ChunkStats(k.x, k.len, nbins);
+  if (k.st.flat) {
+    for (int b = t; b < nbins; b += kLanes) k.lut[b] = k.st.mu;
+    for (size_t i = t; i < k.len; i += kLanes) k.codes[i] = static_cast<uint8_t>(nbins / 2);
+  }
+  return k;
+}
+
+__global__ void StatQuantizeKernel(const float* x, size_t n, size_t chunk, int bits, float* lut_all, uint8_t* codes_all) {
+  __shared__ float centre[256];
+  const BlockChunk k = OpenChunk(x, n, chunk, bits, lut_all, codes_all);
+  if (k.st.flat) return;
+  const int nbins = 1 << bits, half = nbins / 2, t = threadIdx.x;
+  const float inv = 1.0f / k.st.scale, offset = static_cast<float>(half);
+  for (size_t i = t; i < k.len; i += kLanes) k.codes[i] = Code((k.x[i] - k.st.mu) * inv + offset, nbins);
+  for (int b = t; b < nbins; b += kLanes) {
+    centre[b] = static_cast<float>(k.st.mean + (b - half) * static_cast<double>(k.st.scale));
+  }
+  __syncthreads();  // codes and centre visible to the whole block
+  if (bits == 8) {
+    for (int b = t; b < nbins; b += kLanes) k.lut[b] = centre[b];
+    return;
+  }
+  BlockCentroids(k.x, k.len, k.st.mu, k.codes, nbins, centre, k.lut);
+}
+
+__global__ void GaussianQuantizeKernel(const float* x, size_t n, size_t chunk, int bits, GaussianBins g,
+                                       float* lut_all, uint8_t* codes_all) {
+  __shared__ float thr[15], level[16];
+  const BlockChunk k = OpenChunk(x, n, chunk, bits, lut_all, codes_all);
+  if (k.st.flat) return;
+  const int nbins = 1 << bits, t = threadIdx.x;
+  const double sigma = sqrt(k.st.var);
+  if (t + 1 < nbins) thr[t] = static_cast<float>(g.threshold[t] * sigma);
+  if (t < nbins) level[t] = static_cast<float>(k.st.mean + g.level[t] * sigma);
+  __syncthreads();
+  for (size_t i = t; i < k.len; i += kLanes) {
+    const float cv = k.x[i] - k.st.mu;
+    uint8_t q = 0;
+    for (int b = 0; b + 1 < nbins; ++b) q += cv > thr[b];
+    k.codes[i] = q;
+  }
+  __syncthreads();
+  BlockCentroids(k.x, k.len, k.st.mu, k.codes, nbins, level, k.lut);
 }
 
 __global__ void LinearQuantizeKernel(const float* x, size_t n, size_t chunk, int bits, float* lo_all, float* step_all,
@@ -112,6 +166,15 @@ int StatQuantizeChunks(const float* x, size_t n, size_t chunk, int bits, float* 
   if (n == 0) return 0;
   StatQuantizeKernel<<<static_cast<unsigned>(Chunks(n, chunk)), kLanes, 0, AsStream(stream)>>>(x, n, chunk, bits, lut,
                                                                                                codes);
+  return LastError();
+}
+
+int GaussianQuantizeChunks(const float* x, size_t n, size_t chunk, int bits, float* lut, uint8_t* codes,
+                           void* stream) {
+  if (!ValidGaussianBits(bits) || chunk == 0) return static_cast<int>(cudaErrorInvalidValue);
+  if (n == 0) return 0;
+  GaussianQuantizeKernel<<<static_cast<unsigned>(Chunks(n, chunk)), kLanes, 0, AsStream(stream)>>>(
+      x, n, chunk, bits, GaussianBinsFor(bits), lut, codes);
   return LastError();
 }
 

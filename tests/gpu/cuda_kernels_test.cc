@@ -53,6 +53,27 @@ std::vector<float> Random(size_t n, uint32_t seed) {
 const size_t kChunk = 256;
 const size_t kSizes[] = {0, 1, kChunk - 1, kChunk, kChunk + 1, 1000003};
 
+TEST_F(Cuda, GaussianQuantizerMatchesCpu) {
+  for (size_t n : kSizes) {
+    for (int bits : {1, 2, 4}) {
+      const std::vector<float> x = Random(n, n * 10 + bits + 100);
+      const size_t chunks = (n + kChunk - 1) / kChunk, nb = NumBins(bits);
+      std::vector<float> lut(chunks * nb);
+      std::vector<uint8_t> codes(n);
+      for (size_t c = 0; c < chunks; ++c) {
+        const size_t len = std::min(kChunk, n - c * kChunk);
+        cpu::GaussianQuantize(x.data() + c * kChunk, len, bits, lut.data() + c * nb, codes.data() + c * kChunk);
+      }
+      Dev<float> dx(x), dlut(chunks * nb);
+      Dev<uint8_t> dcodes(n);
+      ASSERT_EQ(cuda::GaussianQuantizeChunks(dx.p, n, kChunk, bits, dlut.p, dcodes.p, nullptr), 0);
+      EXPECT_EQ(dcodes.Get(), codes) << n << " " << bits;
+      EXPECT_EQ(0, std::memcmp(dlut.Get().data(), lut.data(), lut.size() * 4)) << n << " " << bits;
+    }
+  }
+  EXPECT_NE(cuda::GaussianQuantizeChunks(nullptr, 10, 256, 8, nullptr, nullptr, nullptr), 0);
+}
+
 TEST_F(Cuda, QuantizersMatchCpu) {
   for (size_t n : kSizes) {
     for (int bits : {1, 2, 4, 8}) {

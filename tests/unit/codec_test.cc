@@ -40,7 +40,8 @@ uint64_t ExpectedBytes(const CodecConfig& c, uint64_t n) {
   switch (c.scheme) {
     case Scheme::kDenseFp32: data = 4 * n; break;
     case Scheme::kDenseBf16: data = 2 * n; break;
-    case Scheme::kQuant: data = nc * bins * 4 + Ceil(n * c.bits, 8); break;
+    case Scheme::kQuant:
+    case Scheme::kLloyd: data = nc * bins * 4 + Ceil(n * c.bits, 8); break;
     case Scheme::kLinear: data = nc * 8 + Ceil(n * c.bits, 8); break;
     case Scheme::kSign: data = nc * 4 + Ceil(n, 8); break;
     case Scheme::kTopK: {
@@ -54,7 +55,8 @@ uint64_t ExpectedBytes(const CodecConfig& c, uint64_t n) {
 }
 
 const char* kSpecs[] = {"dense-fp32", "dense-bf16", "quant:bits=1,chunk=64", "quant:bits=2,chunk=64",
-                        "quant:bits=4,chunk=64", "quant:bits=8,chunk=64", "linear:bits=2,chunk=64",
+                        "quant:bits=4,chunk=64", "quant:bits=8,chunk=64", "lloyd:bits=1,chunk=64",
+                        "lloyd:bits=2,chunk=64", "lloyd:bits=4,chunk=64", "linear:bits=2,chunk=64",
                         "linear:bits=8,chunk=64", "topk:chunk=64,k=5,bits=2", "topk:chunk=64,k=5,bits=32",
                         "topk:chunk=64,k=64,bits=8", "sign:chunk=64"};
 
@@ -85,6 +87,27 @@ TEST(Codec, EverySchemeRoundTripsWithExactSizes) {
       }
     }
   }
+}
+
+// Equal bytes per element (lloyd/quant at chunk 512: 16 bytes of table; linear at 256: 8
+// bytes): Lloyd–Max bins give the smallest error on Gaussian data.
+TEST(Codec, LloydBinsBeatStatisticalAndLinearAtEqualBytes) {
+  const size_t n = 1 << 16;
+  const std::vector<float> x = Random(n, 77);
+  auto mse = [&](const char* spec) {
+    const std::vector<Segment> segs = PlanSegments({TensorShape{1, n, false}}, *ParseCodec(spec));
+    const std::vector<float> y = Decode(Encode(segs, x.data()), n);
+    double e = 0;
+    for (size_t i = 0; i < n; ++i) e += (x[i] - y[i]) * (x[i] - y[i]);
+    return std::make_pair(e / n, PayloadBytes(segs));
+  };
+  const auto lloyd = mse("lloyd:bits=2,chunk=512"), stat = mse("quant:bits=2,chunk=512"),
+             linear = mse("linear:bits=2,chunk=256");
+  EXPECT_EQ(lloyd.second, linear.second);
+  EXPECT_EQ(lloyd.second, stat.second);
+  EXPECT_NEAR(lloyd.first, 0.1175, 0.01);  // Lloyd–Max's 2-bit MSE for N(0,1)
+  EXPECT_LT(lloyd.first, 0.75 * stat.first);
+  EXPECT_LT(lloyd.first, 0.6 * linear.first);
 }
 
 TEST(Codec, TopKDecodesOnlyTheLargestPerChunk) {
@@ -135,7 +158,8 @@ TEST(Codec, TopKPerTensorRatioKeepsThatShareOfEachTensor) {
 
 TEST(Codec, ErrorFeedbackConservesTheSumOverManyRounds) {
   // sum of decoded payloads + final residual = sum of inputs (beta = 1), to float tolerance.
-  for (const char* spec : {"quant:bits=2,chunk=64", "topk:chunk=64,k=3,bits=2", "sign:chunk=64", "dense-bf16"}) {
+  for (const char* spec :
+       {"quant:bits=2,chunk=64", "lloyd:bits=2,chunk=64", "topk:chunk=64,k=3,bits=2", "sign:chunk=64", "dense-bf16"}) {
     const size_t n = 1000;
     const CodecConfig c = *ParseCodec(spec);
     const std::vector<Segment> segs = PlanSegments({TensorShape{10, n, false}}, c);
@@ -165,13 +189,14 @@ TEST(Codec, VectorsStayDenseWhenAsked) {
   segs = PlanSegments({TensorShape{1, 64, true}}, *ParseCodec("quant:bits=2,vectors=same"));
   EXPECT_EQ(segs[0].scheme, Scheme::kQuant);
   EXPECT_EQ(CodecName(c), "quant:bits=2,chunk=4096");
+  EXPECT_EQ(CodecName(*ParseCodec("lloyd:chunk=512")), "lloyd:bits=2,chunk=512");
   EXPECT_EQ(CodecName(*ParseCodec(CodecName(*ParseCodec("topk:k=8,bits=4,vectors=same")))),
             "topk:chunk=4096,k=8,bits=4,vectors=same");
 }
 
 TEST(Codec, BadSpecsAreRefused) {
   for (const char* spec : {"gzip", "quant:bits=3", "quant:chunk=12", "topk:chunk=100", "topk:k=0", "topk:k=5000",
-                           "sign:bits=2", "quant:bits=x", "quant:color=2", "linear:bits=16", "quant:vectors=maybe"}) {
+                           "sign:bits=2", "quant:bits=x", "quant:color=2", "linear:bits=16", "quant:vectors=maybe", "lloyd:bits=8"}) {
     EXPECT_EQ(ParseCodec(spec).status().code(), absl::StatusCode::kInvalidArgument) << spec;
   }
 }

@@ -88,6 +88,33 @@ TEST(Quantize, TwoBitStatisticalErrorOnGaussianIsNearTheory) {
   EXPECT_TRUE(std::is_sorted(lut, lut + 4));
 }
 
+// Lloyd–Max's MSE for N(0,1) (Max 1960): 1 bit 1 - 2/pi, 2 bits 0.1175, 4 bits 0.009497.
+TEST(Quantize, GaussianBinsReachLloydMaxErrorAndAreSymmetric) {
+  const size_t n = 1 << 20;
+  std::vector<float> x = Normal(n, 5);
+  const std::pair<int, double> expected[] = {{1, 1 - 2 / M_PI}, {2, 0.1175}, {4, 0.009497}};
+  for (auto [bits, theory] : expected) {
+    std::vector<float> lut(NumBins(bits));
+    std::vector<uint8_t> codes(n);
+    cpu::GaussianQuantize(x.data(), n, bits, lut.data(), codes.data());
+    double mse = 0;
+    for (size_t i = 0; i < n; ++i) mse += (x[i] - lut[codes[i]]) * (x[i] - lut[codes[i]]);
+    EXPECT_NEAR(mse / n, theory, 0.02 * theory) << bits << " bits";
+    EXPECT_TRUE(std::is_sorted(lut.begin(), lut.end())) << bits;
+    for (int b = 0; b < NumBins(bits) / 2; ++b) {  // symmetric levels on symmetric data
+      EXPECT_NEAR(lut[b], -lut[NumBins(bits) - 1 - b], 0.01) << bits << " bin " << b;
+    }
+    const GaussianBins g = GaussianBinsFor(bits);
+    for (int b = 0; b < NumBins(bits); ++b) EXPECT_NEAR(lut[b], g.level[b], 0.01) << bits << " bin " << b;
+  }
+  // Constant input: one code, decoded exactly.
+  std::vector<float> c(100, -2.25f);
+  float lut[4];
+  std::vector<uint8_t> codes(100);
+  cpu::GaussianQuantize(c.data(), 100, 2, lut, codes.data());
+  for (uint8_t q : codes) EXPECT_EQ(lut[q], -2.25f);
+}
+
 TEST(Quantize, ErrorShrinksWithBitsAndLinearCoversTheRange) {
   const size_t n = 1 << 16;
   std::vector<float> x = Normal(n, 3);
