@@ -60,8 +60,9 @@ bool FilledFlat(const ChunkStats& st, size_t n, int nbins, float* lut, uint8_t* 
 // exact in any order), or fallback[b] when no element is.
 void CentroidTable(const float* x, size_t n, float mu, const uint8_t* codes, int nbins, const float* fallback,
                    float* lut) {
-  double bin_sum[16][kLanes] = {};
+  double bin_sum[16][kLanes];  // only the nbins rows in use are cleared (32 KiB in all)
   size_t count[16] = {};
+  for (int b = 0; b < nbins; ++b) std::fill(bin_sum[b], bin_sum[b] + kLanes, 0.0);
   for (size_t base = 0; base < n; base += kLanes) {
     const size_t m = std::min<size_t>(kLanes, n - base);
     for (size_t j = 0; j < m; ++j) {
