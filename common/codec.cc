@@ -105,9 +105,11 @@ float FromBf16(uint16_t h) {
   return f;
 }
 
-bool AllFinite(const char* p, uint64_t count) {
+// Finite and within kMaxAbsValue (a NaN fails the comparison too).
+bool InRange(float v) { return std::fabs(v) <= kMaxAbsValue; }
+bool AllInRange(const char* p, uint64_t count) {
   for (uint64_t i = 0; i < count; ++i)
-    if (!std::isfinite(Load<float>(p + 4 * i))) return false;
+    if (!InRange(Load<float>(p + 4 * i))) return false;
   return true;
 }
 
@@ -228,13 +230,13 @@ absl::Status DecodeSegment(const Segment& s, const char* d, float* sum) {
   const int nbins = s.bits <= 8 ? kernels::NumBins(s.bits) : 0;
   switch (s.scheme) {
     case Scheme::kDenseFp32:
-      if (!kWrite) return AllFinite(d, n) ? absl::OkStatus() : Bad("non-finite value");
+      if (!kWrite) return AllInRange(d, n) ? absl::OkStatus() : Bad("value non-finite or beyond the limit");
       for (uint64_t i = 0; i < n; ++i) sum[i] += Load<float>(d + 4 * i);
       return absl::OkStatus();
     case Scheme::kDenseBf16:
       for (uint64_t i = 0; i < n; ++i) {
         const float v = FromBf16(Load<uint16_t>(d + 2 * i));
-        if (!kWrite && !std::isfinite(v)) return Bad("non-finite bf16 value");
+        if (!kWrite && !InRange(v)) return Bad("bf16 value non-finite or beyond the limit");
         if (kWrite) sum[i] += v;
       }
       return absl::OkStatus();
@@ -253,8 +255,8 @@ absl::Status DecodeSegment(const Segment& s, const char* d, float* sum) {
           kernels::LinearTable(Load<float>(m), Load<float>(m + 4), s.bits, lut);
         }
         if (!kWrite) {
-          if (!AllFinite(reinterpret_cast<const char*>(lut), nbins) || (!stat && !AllFinite(m, 2))) {
-            return Bad("non-finite decode table");
+          if (!AllInRange(reinterpret_cast<const char*>(lut), nbins) || (!stat && !AllInRange(m, 2))) {
+            return Bad("decode table non-finite or beyond the limit");
           }
           continue;
         }
@@ -272,14 +274,14 @@ absl::Status DecodeSegment(const Segment& s, const char* d, float* sum) {
       float table[256];
       if (s.bits < 32) {
         std::memcpy(table, p, nbins * 4);
-        if (!AllFinite(p, nbins)) return Bad("non-finite topk value table");
+        if (!AllInRange(p, nbins)) return Bad("topk value table non-finite or beyond the limit");
         lut = table;
         p += nbins * 4;
       }
       idx.resize(total);
       kc::UnpackIndices(reinterpret_cast<const uint8_t*>(p), total, Log2(s.chunk), idx.data());
       p += kernels::PackedBytes(total, Log2(s.chunk));
-      if (s.bits == 32 && !kWrite && !AllFinite(p, total)) return Bad("non-finite topk value");
+      if (s.bits == 32 && !kWrite && !AllInRange(p, total)) return Bad("topk value non-finite or beyond the limit");
       if (s.bits < 32) {
         codes.resize(total);
         kc::UnpackCodes(reinterpret_cast<const uint8_t*>(p), total, s.bits, codes.data());
@@ -303,7 +305,7 @@ absl::Status DecodeSegment(const Segment& s, const char* d, float* sum) {
       for (uint64_t c = 0; c < NumChunks(s); ++c) {
         const float scale = Load<float>(d + c * 4);
         if (!kWrite) {
-          if (!std::isfinite(scale) || scale < 0) return Bad("sign scale must be finite and >= 0");
+          if (!InRange(scale) || scale < 0) return Bad("sign scale must be in [0, limit]");
           continue;
         }
         const uint64_t off = c * s.chunk;
@@ -526,6 +528,25 @@ absl::Status DecodeAccumulate(absl::string_view payload, size_t expected_element
   for (size_t i = 0; i < p->segments.size(); ++i) {
     DecodeSegment<true>(p->segments[i], p->data[i], sum + off).IgnoreError();  // validated above
     off += p->segments[i].numel;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPlan(absl::string_view payload, const std::vector<Segment>& plan) {
+  uint64_t elements = 0;
+  for (const Segment& s : plan) elements += s.numel;
+  absl::StatusOr<Parsed> p = Parse(payload, elements);
+  if (!p.ok()) return p.status();
+  if (p->segments.size() != plan.size()) {
+    return Bad(absl::StrCat(p->segments.size(), " segments; this run's codec has ", plan.size()));
+  }
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const Segment &a = p->segments[i], &b = plan[i];
+    if (a.scheme != b.scheme || a.bits != b.bits || a.chunk != b.chunk || a.k != b.k || a.rows != b.rows ||
+        a.numel != b.numel) {
+      return Bad(absl::StrCat("segment ", i, " is ", Name(a.scheme), " bits ", a.bits, " chunk ", a.chunk,
+                              "; this run's codec wants ", Name(b.scheme), " bits ", b.bits, " chunk ", b.chunk));
+    }
   }
   return absl::OkStatus();
 }

@@ -3,8 +3,9 @@
 // A payload is self-describing: a 32-byte header, a table of segments (one per tensor,
 // 32 bytes each, giving scheme, bits, chunk size, k, shape), the segments' data, and an
 // xxh64 checksum of everything after the header. Decoding validates every field a peer
-// controls (sizes, bit widths, index range and order, finite metadata, checksum) before it
-// writes anything, and never reads or writes out of bounds.
+// controls (sizes, bit widths, index range and order, checksum; every value and table entry
+// finite and within +-kMaxAbsValue) before it writes anything, and never reads or writes out
+// of bounds.
 //
 // Header (little-endian):  0 "MLCP" | 4 u8 version (2) | 5 u8 0 | 6 u16 segments |
 //                          8 u64 elements | 16 u64 body bytes | 24 u64 xxh64(body)
@@ -46,6 +47,11 @@ enum class Scheme : uint8_t {
 inline constexpr size_t kPayloadHeaderBytes = 32;
 inline constexpr size_t kSegmentEntryBytes = 32;
 inline constexpr uint8_t kPayloadVersion = 2;
+// Largest magnitude a decoded value or table entry may have. Pseudo-gradients and global
+// updates are differences of parameters (|x| << 1 in practice), so anything larger is a
+// corrupt or hostile payload; the bound also keeps a float sum of up to 1e30 payloads
+// finite (FLT_MAX ~ 3.4e38).
+inline constexpr float kMaxAbsValue = 1e6f;
 
 // A run's choice of compression, parsed from "scheme[:key=value,...]", e.g. "dense-fp32",
 // "quant:bits=2", "lloyd:bits=2,chunk=512", "topk:chunk=4096,k=32,bits=2", "topk:ratio=0.01", "sign". Keys: bits, chunk,
@@ -99,6 +105,11 @@ std::string Encode(const std::vector<Segment>& segments, const float* x);
 // Validates everything (expected_elements must match), then sum[i] += decoded[i]. Nothing
 // is written when the payload is rejected (INVALID_ARGUMENT with the reason).
 absl::Status DecodeAccumulate(absl::string_view payload, size_t expected_elements, float* sum);
+
+// OK when the payload is well framed and its segment table is exactly `plan` (the run's
+// codec); INVALID_ARGUMENT otherwise. Checks framing only: DecodeAccumulate still validates
+// the data.
+absl::Status CheckPlan(absl::string_view payload, const std::vector<Segment>& plan);
 
 // Majority-vote counting (SignMuon): every segment must be a sign segment; validates like
 // DecodeAccumulate, then counts[i] += +1 (bit set) or -1. The scales are ignored.

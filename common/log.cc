@@ -4,6 +4,7 @@
 #include <sys/time.h>
 
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 
 namespace muloco {
@@ -23,6 +24,16 @@ void Logf(const char* tag, const char* fmt, ...) {
                    static_cast<int>(tv.tv_usec / 1000), tag, msg);
   fwrite(line, 1, n < static_cast<int>(sizeof line) ? n : sizeof line - 1, stderr);
   fflush(stderr);
+}
+
+std::string SafeName(const std::string& name) {
+  std::string out = name.substr(0, 64);
+  for (char& c : out) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    std::strchr("._:@+-", c) != nullptr;
+    if (!ok || c == '\0') c = '_';
+  }
+  return out.empty() ? "unnamed" : out;
 }
 
 }  // namespace muloco

@@ -9,7 +9,8 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
-"$BUILD/muloco-server" --listen=127.0.0.1:0 --port_file="$DIR/port" --save_final="$DIR/server.bin" "$@" \
+# Plaintext and open joins are fine on loopback; see README "Opening a run to volunteers" for TLS and tokens.
+"$BUILD/muloco-server" --listen=127.0.0.1:0 --insecure --open_join --port_file="$DIR/port" --save_final="$DIR/server.bin" "$@" \
   >"$DIR/server.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 300); do [ -s "$DIR/port" ] && break; sleep 0.1; done
@@ -18,7 +19,7 @@ ADDR=127.0.0.1:$(cat "$DIR/port")
 echo "demo: server on $ADDR, logs in $DIR"
 start=$(date +%s)
 for w in 1 2; do
-  "$BUILD/muloco-worker" --server="$ADDR" --name="worker-$w" --save_final="$DIR/w$w.bin" >"$DIR/w$w.log" 2>&1 &
+  "$BUILD/muloco-worker" --server="$ADDR" --insecure --name="worker-$w" --save_final="$DIR/w$w.bin" >"$DIR/w$w.log" 2>&1 &
   pids+=($!)
 done
 # Follow worker 1 (both see the same global model) and the server's round closings.

@@ -1,6 +1,7 @@
 // muloco-server: the aggregation server. Flags -> Options, then serve until the run ends
 // (and every worker has left, or --linger_s passes) or SIGINT/SIGTERM arrives.
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 #include <signal.h>
@@ -20,6 +21,8 @@
 #include "common/model_layout.h"
 #include "common/run_config.h"
 #include "common/run_config_flags.h"
+#include "common/tls.h"
+#include "server/auth.h"
 #include "server/checkpoint.h"
 #include "common/metrics.h"
 #include "server/round_engine.h"
@@ -37,13 +40,35 @@ ABSL_FLAG(std::string, checkpoint_dir, "", "Checkpoint here and resume from the 
 ABSL_FLAG(uint32_t, checkpoint_every, 1, "Rounds between checkpoints (also on the final round and on SIGTERM)");
 ABSL_FLAG(uint32_t, keep_checkpoints, 3, "Checkpoints kept (the newest)");
 ABSL_FLAG(std::string, save_final, "", "If set, write the final public parameters (raw fp32) here");
+ABSL_FLAG(bool, insecure, false, "Serve plaintext gRPC (no TLS): tests and local demos only");
+ABSL_FLAG(std::string, tls_cert, "", "TLS: the server's certificate chain (PEM)");
+ABSL_FLAG(std::string, tls_key, "", "TLS: the server's private key (PEM)");
+ABSL_FLAG(std::string, tls_client_ca, "", "Mutual TLS: workers must present a certificate signed by this CA (PEM)");
+ABSL_FLAG(std::string, join_tokens, "",
+          "Join tokens, one 'LABEL TOKEN' per line ('#' comments); reloaded on change and on SIGHUP. "
+          "A token removed from the file is revoked: its workers are refused at their next call");
+ABSL_FLAG(bool, open_join, false, "Let anyone join without a token (public runs)");
+ABSL_FLAG(std::string, robust, "clip",
+          "Screening of pushed updates by norm against the round's median/MAD: clip, reject or off");
+ABSL_FLAG(uint32_t, max_workers, 1024, "Live workers at most");
+ABSL_FLAG(uint32_t, max_workers_per_token, 64, "Live workers per join token at most");
+ABSL_FLAG(uint32_t, max_joins_per_minute, 600, "Joins accepted per minute, in all");
+ABSL_FLAG(uint32_t, max_joins_per_token_per_minute, 60, "Joins accepted per minute, per token");
+ABSL_FLAG(uint32_t, max_streams_per_worker, 4, "Streaming calls in flight per worker");
+ABSL_FLAG(uint32_t, max_push_attempts_per_round, 8, "PushUpdate calls per worker per round");
+ABSL_FLAG(uint32_t, max_push_chunks, 4096, "Chunks in one push");
+ABSL_FLAG(double, idle_timeout_s, 60, "Cancel a stream that moves no chunk for this long");
+ABSL_FLAG(double, max_await_s, 30, "One AwaitRound call waits this long at most (the worker asks again)");
+ABSL_FLAG(uint32_t, max_threads, 512, "gRPC handler threads at most (further calls: RESOURCE_EXHAUSTED)");
 ABSL_FLAG(std::string, metrics_listen, "",
           "Serve Prometheus metrics at http://ADDRESS/metrics, e.g. 0.0.0.0:9090 (port 0 picks one; empty: off)");
 
 namespace {
 
 std::atomic<bool> g_stop{false};
+std::atomic<bool> g_reload{false};
 void OnSignal(int) { g_stop = true; }
+void OnHangup(int) { g_reload = true; }
 
 bool WriteFile(const std::string& path, const void* data, size_t bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -93,8 +118,23 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (!(eo.round_timeout_s > 0) || !(eo.heartbeat_timeout_s > 0) || absl::GetFlag(FLAGS_chunk_bytes) < 4) {
-    std::fprintf(stderr, "muloco-server: need round_timeout_s > 0, heartbeat_timeout_s > 0, chunk_bytes >= 4\n");
+  eo.uplink = uplink;
+  if (!ParseRobust(absl::GetFlag(FLAGS_robust), &eo.screen.mode)) {
+    std::fprintf(stderr, "muloco-server: --robust must be clip, reject or off\n");
+    return 2;
+  }
+  if (!(eo.round_timeout_s > 0) || !(eo.heartbeat_timeout_s > 0) || absl::GetFlag(FLAGS_chunk_bytes) < 4 ||
+      !(absl::GetFlag(FLAGS_idle_timeout_s) > 0) || !(absl::GetFlag(FLAGS_max_await_s) >= 1)) {
+    std::fprintf(stderr,
+                 "muloco-server: need round_timeout_s > 0, heartbeat_timeout_s > 0, chunk_bytes >= 4, "
+                 "idle_timeout_s > 0, max_await_s >= 1\n");
+    return 2;
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = MakeServerCredentials(
+      ServerTls{absl::GetFlag(FLAGS_insecure), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                absl::GetFlag(FLAGS_tls_client_ca)});
+  if (!creds.ok()) {
+    std::fprintf(stderr, "muloco-server: %s\n", std::string(creds.status().message()).c_str());
     return 2;
   }
 
@@ -114,6 +154,21 @@ int main(int argc, char** argv) {
     };
   }
   SystemClock clock;
+  AuthOptions ao;
+  ao.token_file = absl::GetFlag(FLAGS_join_tokens);
+  ao.open_join = absl::GetFlag(FLAGS_open_join);
+  ao.max_workers = absl::GetFlag(FLAGS_max_workers);
+  ao.max_workers_per_token = absl::GetFlag(FLAGS_max_workers_per_token);
+  ao.max_joins_per_minute = absl::GetFlag(FLAGS_max_joins_per_minute);
+  ao.max_joins_per_token_per_minute = absl::GetFlag(FLAGS_max_joins_per_token_per_minute);
+  ao.max_streams_per_worker = absl::GetFlag(FLAGS_max_streams_per_worker);
+  ao.max_push_attempts_per_round = absl::GetFlag(FLAGS_max_push_attempts_per_round);
+  absl::StatusOr<std::unique_ptr<Auth>> auth = Auth::Create(ao, &clock);
+  if (!auth.ok()) {
+    std::fprintf(stderr, "muloco-server: %s\n", std::string(auth.status().message()).c_str());
+    return 2;
+  }
+  if (ao.open_join && ao.token_file.empty()) Logf("server", "open join: anyone who can reach this server may join");
   EngineState initial;
   if (resumed) {
     if (resumed->theta_pub.size() != n) {
@@ -131,14 +186,22 @@ int main(int argc, char** argv) {
   }
   RoundEngine engine(eo, std::move(initial), &clock);
   // Pushes may use the run's uplink codec or dense fp32, nothing larger.
-  ServiceOptions so{absl::GetFlag(FLAGS_chunk_bytes),
-                    std::max(PayloadBytes(uplink), PayloadBytes(DenseSegments(n)))};
-  MulocoService service(&engine, config, so);
+  ServiceOptions so;
+  so.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  so.max_payload_bytes = PayloadBytes(uplink);  // pushes must be in the run's codec (the engine checks)
+  so.max_push_chunks = absl::GetFlag(FLAGS_max_push_chunks);
+  so.max_await_s = absl::GetFlag(FLAGS_max_await_s);
+  so.idle_timeout_s = absl::GetFlag(FLAGS_idle_timeout_s);
+  MulocoService service(&engine, auth->get(), config, so, &clock);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), *creds, &port);
+  // Idle streams hold a thread each (sync API): cap them; past the cap calls get RESOURCE_EXHAUSTED.
+  grpc::ResourceQuota quota("muloco-server");
+  quota.SetMaxThreads(static_cast<int>(std::max<uint32_t>(8, absl::GetFlag(FLAGS_max_threads))));
+  builder.SetResourceQuota(quota);
   builder.RegisterService(&service);
   // Workers ping every 10 s to notice dead links; let them, even between calls.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
@@ -163,15 +226,26 @@ int main(int argc, char** argv) {
   const uint64_t dense_bytes = PayloadBytes(DenseSegments(n));
   std::unique_ptr<MetricsEndpoint> metrics = StartMetricsOrReport(
       absl::GetFlag(FLAGS_metrics_listen), "server",
-      [&] { return ServerMetrics(engine.Stats(), service.Wire(), dense_bytes); }, &metrics_failed);
+      [&] { return ServerMetrics(engine.Stats(), service.Wire(), (*auth)->Stats(), dense_bytes); }, &metrics_failed);
   if (metrics_failed) return 1;
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
+  signal(SIGHUP, OnHangup);
 
   double done_since = -1;
+  double last_reload = clock.Now();
+  std::string reload_error;  // logged once, not every second
   while (!g_stop) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     engine.Tick();
+    const bool hangup = g_reload.exchange(false);
+    if (hangup || clock.Now() - last_reload > 1.0) {  // SIGHUP, or a changed file
+      const absl::Status s = (*auth)->Reload(hangup);
+      if (!s.ok() && std::string(s.message()) != reload_error) Logf("server", "join tokens kept: %s", s.ToString().c_str());
+      reload_error = std::string(s.message());
+      (*auth)->Retain([&](uint64_t id) { return engine.IsMember(id); });  // sessions of evicted workers
+      last_reload = clock.Now();
+    }
     const EngineStats st = engine.Stats();
     if (!st.done) continue;
     if (done_since < 0) done_since = clock.Now();

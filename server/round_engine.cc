@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -35,6 +36,8 @@ RoundEngine::RoundEngine(EngineOptions options, EngineState state, const Clock* 
       theta_pub_(std::make_shared<const std::vector<float>>(std::move(state.theta_pub))),
       open_round_(state.open_round),
       sum_(num_params_, 0.0f),
+      scratch_(options_.aggregation == Aggregation::kMean ? num_params_ : 0, 0.0f),
+      screen_(options_.screen),
       votes_(options_.aggregation == Aggregation::kVote ? num_params_ : 0, 0) {
   if (state.momentum.size() == outer_.momentum_buffer().size()) outer_.set_momentum_buffer(std::move(state.momentum));
   pub_checksum_ = ParamChecksum(theta_pub_->data(), num_params_);
@@ -47,11 +50,11 @@ RoundEngine::RoundEngine(EngineOptions options, EngineState state, const Clock* 
 RoundEngine::Joined RoundEngine::Join(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = next_worker_id_++;
-  members_[id] = Member{name, clock_->Now()};
-  if (pushed_.empty()) expected_.insert(id);
+  if (pushed_.empty() && !AnyProvenLocked()) expected_.insert(id);  // cold start
+  members_[id] = Member{SafeName(name), clock_->Now()};
   const uint64_t join_index = stats_.joins++;
   Logf("server", "worker %llu (%s) joined at round %llu; %zu live", static_cast<unsigned long long>(id),
-       name.c_str(), static_cast<unsigned long long>(open_round_), members_.size());
+       members_[id].name.c_str(), static_cast<unsigned long long>(open_round_), members_.size());
   return Joined{id, open_round_, pub_checksum_, join_index};
 }
 
@@ -73,6 +76,12 @@ absl::Status RoundEngine::Leave(uint64_t worker_id) {
   return absl::OkStatus();
 }
 
+bool RoundEngine::AnyProvenLocked() const {
+  for (const auto& [id, m] : members_)
+    if (m.proven) return true;
+  return false;
+}
+
 void RoundEngine::ForgetLocked(uint64_t worker_id) {
   members_.erase(worker_id);
   expected_.erase(worker_id);
@@ -86,8 +95,24 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
     return absl::NotFoundError(absl::StrCat("unknown worker ", worker_id, "; join again"));
   }
   member->second.last_seen = clock_->Now();
+  const bool vote = options_.aggregation == Aggregation::kVote;
+  // Validates into scratch_ (kMean: the decoded Δ, for its norm) or a throwaway count buffer.
+  auto validate = [&]() -> absl::Status {
+    if (!options_.uplink.empty()) {
+      if (absl::Status s = CheckPlan(payload, options_.uplink); !s.ok()) return s;
+    }
+    if (vote) return VoteAccumulate(payload, num_params_, votes_.data());
+    std::fill(scratch_.begin(), scratch_.end(), 0.0f);
+    return DecodeAccumulate(payload, num_params_, scratch_.data());
+  };
   if (done_ || round != open_round_) {
     ++stats_.rejected_wrong_round;
+    // A valid update that came too late still proves the worker is training: expect it next
+    // round, so that a slower joiner is not left racing every round's close.
+    if (!done_ && round < open_round_ && !vote && validate().ok()) {
+      member->second.proven = true;
+      if (pushed_.empty()) expected_.insert(worker_id);
+    }
     return absl::FailedPreconditionError(
         done_ ? "the run is over"
               : absl::StrCat("push for round ", round, " but round ", open_round_, " is open; fetch the model"));
@@ -96,13 +121,16 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
     ++stats_.rejected_duplicate;
     return absl::AlreadyExistsError(absl::StrCat("worker ", worker_id, " already pushed round ", round));
   }
-  const absl::Status s = options_.aggregation == Aggregation::kVote
-                             ? VoteAccumulate(payload, num_params_, votes_.data())
-                             : DecodeAccumulate(payload, num_params_, sum_.data());
-  if (!s.ok()) {
+  if (const absl::Status s = validate(); !s.ok()) {
     ++stats_.rejected_bad_payload;
     return s;
   }
+  if (!vote) {
+    double sq = 0;
+    for (float v : scratch_) sq += static_cast<double>(v) * v;
+    pending_.push_back(Pending{worker_id, member->second.name, std::string(payload), std::sqrt(sq)});
+  }
+  member->second.proven = true;
   pushed_.insert(worker_id);
   if (first_push_time_ < 0) first_push_time_ = clock_->Now();
   ++stats_.pushes_accepted;
@@ -119,38 +147,90 @@ void RoundEngine::MaybeCloseLocked() {
   if (all_in || deadline) CloseRoundLocked();
 }
 
-void RoundEngine::CloseRoundLocked() {
-  const size_t n = num_params_;
-  if (options_.aggregation == Aggregation::kVote) {
-    kernels::cpu::VoteSign(votes_.data(), n, sum_.data());  // g = sign(Σ s_k), ties 0
-    for (const MatrixRange& m : options_.polar) PolarNewtonSchulz(sum_.data() + m.offset, m.rows, m.cols, options_.polar_steps);
-    std::fill(votes_.begin(), votes_.end(), 0);
-  } else {
-    const float inv = 1.0f / static_cast<float>(pushed_.size());
-    for (size_t i = 0; i < n; ++i) sum_[i] *= inv;  // now the mean pseudo-gradient
-  }
-  outer_.Step(theta_true_.data(), sum_.data(), n);
+void RoundEngine::CountScreenLocked(const std::string& name, bool rejected) {
+  const bool known = stats_.screened.count(name) || stats_.screened.size() < kMaxScreenLabels;
+  ScreenCounts& c = stats_.screened[known ? name : "other"];
+  ++(rejected ? c.rejected : c.clipped);
+}
 
+size_t RoundEngine::SumScreenedLocked() {
+  std::vector<double> norms;
+  for (const Pending& p : pending_) norms.push_back(p.norm);
+  const double limit = screen_.Threshold(norms);
+  std::vector<double> summed;
+  std::string report;
+  for (const Pending& p : pending_) {
+    if (p.norm <= limit) {
+      DecodeAccumulate(p.payload, num_params_, sum_.data()).IgnoreError();  // validated at Push
+      summed.push_back(p.norm);
+      continue;
+    }
+    const bool reject = screen_.mode() == Robust::kReject;
+    CountScreenLocked(p.name, reject);
+    absl::StrAppend(&report, report.empty() ? "" : "; ", p.name, " (", p.worker_id, ") ", reject ? "left out" : "clipped",
+                    ": norm ", absl::SixDigits(p.norm), " > ", absl::SixDigits(limit));
+    if (reject) continue;
+    std::fill(scratch_.begin(), scratch_.end(), 0.0f);
+    DecodeAccumulate(p.payload, num_params_, scratch_.data()).IgnoreError();
+    const float scale = static_cast<float>(limit / p.norm);
+    for (size_t i = 0; i < num_params_; ++i) sum_[i] += scale * scratch_[i];
+    summed.push_back(limit);
+  }
+  if (!report.empty()) {
+    Logf("server", "round %llu screening (%s): %s", static_cast<unsigned long long>(open_round_),
+         screen_.mode() == Robust::kReject ? "reject" : "clip", report.c_str());
+  }
+  const size_t count = summed.size();
+  screen_.Remember(std::move(summed));
+  pending_.clear();
+  return count;
+}
+
+std::shared_ptr<const std::string> RoundEngine::PublishLocked() {
+  const size_t n = num_params_;
   // down = C(θ_true − θ_pub) (reusing sum_), then θ_pub += decode(down), as every worker
   // will. What the compression leaves out stays in θ_true − θ_pub for later rounds.
   const std::vector<float>& pub = *theta_pub_;
   for (size_t i = 0; i < n; ++i) sum_[i] = theta_true_[i] - pub[i];
   auto payload = std::make_shared<const std::string>(Compress(downlink_, nullptr, 1.0f, sum_.data()));
   auto next_pub = std::make_shared<std::vector<float>>(pub);
-  absl::Status applied = DecodeAccumulate(*payload, n, next_pub->data());
-  if (!applied.ok()) {
-    // Our own encoder produced something our decoder rejects: a bug, not a peer fault.
-    Logf("server", "FATAL: downlink payload rejected: %s", applied.ToString().c_str());
-    std::abort();
+  if (const absl::Status applied = DecodeAccumulate(*payload, n, next_pub->data()); !applied.ok()) {
+    // θ_true left the range a payload may carry (or our encoder has a bug). Discard the
+    // step rather than stop serving: the global model stays θ_pub, the momentum restarts.
+    Logf("server", "ERROR: round %llu downlink failed its check (%s); discarding the step, outer state reset",
+         static_cast<unsigned long long>(open_round_), applied.ToString().c_str());
+    ++stats_.downlink_resets;
+    theta_true_ = pub;
+    outer_.set_momentum_buffer(std::vector<float>(outer_.momentum_buffer().size(), 0.0f));
+    std::fill(sum_.begin(), sum_.end(), 0.0f);
+    payload = std::make_shared<const std::string>(Compress(downlink_, nullptr, 1.0f, sum_.data()));
+    return payload;  // θ_pub unchanged: the zero update decodes to exactly nothing
   }
   theta_pub_ = std::move(next_pub);
   pub_checksum_ = ParamChecksum(theta_pub_->data(), n);
+  return payload;
+}
+
+void RoundEngine::CloseRoundLocked() {
+  const size_t n = num_params_;
+  size_t contributors = pushed_.size();
+  if (options_.aggregation == Aggregation::kVote) {
+    kernels::cpu::VoteSign(votes_.data(), n, sum_.data());  // g = sign(Σ s_k), ties 0
+    for (const MatrixRange& m : options_.polar) PolarNewtonSchulz(sum_.data() + m.offset, m.rows, m.cols, options_.polar_steps);
+    std::fill(votes_.begin(), votes_.end(), 0);
+  } else {
+    contributors = SumScreenedLocked();
+    const float inv = contributors ? 1.0f / static_cast<float>(contributors) : 0.0f;
+    for (size_t i = 0; i < n; ++i) sum_[i] *= inv;  // now the mean pseudo-gradient
+  }
+  outer_.Step(theta_true_.data(), sum_.data(), n);
+  auto payload = PublishLocked();
 
   RoundUpdate update;
   update.round = open_round_;
   update.next_round = open_round_ + 1;
   update.checksum = pub_checksum_;
-  update.contributors = static_cast<uint32_t>(pushed_.size());
+  update.contributors = static_cast<uint32_t>(contributors);
   update.bytes_up = round_bytes_up_;
   update.done = options_.total_rounds != 0 && update.next_round >= options_.total_rounds;
   update.payload = std::move(payload);
@@ -172,16 +252,22 @@ void RoundEngine::CloseRoundLocked() {
        "round %llu closed: %u contributors, %zu expected, up %llu bytes (%.1fx smaller than dense fp32), "
        "down %zu bytes (%.1fx), checksum %016llx%s",
        static_cast<unsigned long long>(update.round), update.contributors, expected_.size(),
-       static_cast<unsigned long long>(update.bytes_up), dense * update.contributors / update.bytes_up,
+       static_cast<unsigned long long>(update.bytes_up), dense * pushed_.size() / update.bytes_up,
        update.payload->size(), dense / update.payload->size(), static_cast<unsigned long long>(update.checksum),
        update.done ? " (final)" : "");
 
-  pushed_.clear();
   round_bytes_up_ = 0;
   std::fill(sum_.begin(), sum_.end(), 0.0f);
   first_push_time_ = -1;
+  for (uint64_t id : expected_) {  // missed this round: not waited for until it pushes again
+    auto m = members_.find(id);
+    if (m != members_.end() && !pushed_.count(id)) m->second.proven = false;
+  }
+  pushed_.clear();
   expected_.clear();
-  for (const auto& [id, m] : members_) expected_.insert(id);
+  const bool cold = !AnyProvenLocked();
+  for (const auto& [id, m] : members_)
+    if (cold || m.proven) expected_.insert(id);
   round_closed_.notify_all();
 }
 
@@ -199,6 +285,16 @@ absl::StatusOr<RoundUpdate> RoundEngine::AwaitRound(uint64_t round, double wait_
   if (open_round_ <= round) return absl::DeadlineExceededError(absl::StrCat("round ", round, " still open"));
   if (const RoundUpdate* u = find()) return *u;
   return absl::FailedPreconditionError(absl::StrCat("round ", round, " is too old; fetch the model"));
+}
+
+uint64_t RoundEngine::OpenRound() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return open_round_;
+}
+
+bool RoundEngine::IsMember(uint64_t worker_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return members_.count(worker_id) != 0;
 }
 
 ModelSnapshot RoundEngine::Snapshot() const {

@@ -4,10 +4,18 @@
 //
 // A round r is open until it closes; it closes when at least max(1, min_quorum) workers
 // have pushed and either every expected worker has pushed or round_timeout_s has passed
-// since the round's first push. Expected workers are those live when the round opened,
-// plus joiners that arrive before the round's first push; later joiners may still push.
-// Closing: g = mean of pushed Δ (or their majority vote); outer SGD on θ_true; down = C(θ_true − θ_pub);
-// θ_pub += decode(down). θ_true − θ_pub is the downlink's error feedback.
+// since the round's first push. Expected workers are the proven ones live when the round
+// opened: a worker is proven by a valid push (accepted, or valid but late: then it is also
+// expected in the open round if no push has arrived yet) and loses it by missing a round
+// that closed without it, so ids that join and never push (sybils) cannot make rounds wait.
+// A joiner in a running run may push at once but is waited for only once proven. While no live worker is proven (a cold start), every live worker and
+// every joiner before the round's first push is expected. Anyone joined may push.
+// Closing: each pushed Δ is screened (server/screen.h: clipped or left out when its norm is
+// far above the round's robust statistics); g = mean of the screened Δ (or the majority
+// vote of signs); outer SGD on θ_true; down = C(θ_true − θ_pub); θ_pub += decode(down).
+// θ_true − θ_pub is the downlink's error feedback. No peer input can make the engine abort:
+// payloads are bounded at decode (kMaxAbsValue), and should the server's own downlink ever
+// fail its check, the round's step is discarded (θ_true reset to θ_pub) instead.
 #pragma once
 
 #include <condition_variable>
@@ -27,6 +35,7 @@
 #include "common/clock.h"
 #include "common/codec.h"
 #include "server/outer_optimizer.h"
+#include "server/screen.h"
 
 namespace muloco {
 
@@ -54,7 +63,9 @@ struct EngineOptions {
   uint64_t total_rounds = 0;         // the run ends after this many rounds (0: never)
   size_t keep_rounds = 8;            // closed rounds kept for late AwaitRound calls
   std::vector<Segment> downlink;     // downlink encoding (empty: one dense fp32 segment)
+  std::vector<Segment> uplink;       // the run's uplink codec: pushes in any other are refused (empty: any)
   OuterSgdOptions outer;
+  ScreenOptions screen;              // kMean only: robust screening of each pushed Δ
   Aggregation aggregation = Aggregation::kMean;
   std::vector<MatrixRange> polar;    // kVote: matrices whose vote gets a Newton–Schulz polar step
   int polar_steps = 5;
@@ -83,12 +94,19 @@ struct ModelSnapshot {
   std::shared_ptr<const std::vector<float>> params;
 };
 
+// Screening outcomes of one worker name (EngineStats::screened).
+struct ScreenCounts {
+  uint64_t clipped = 0, rejected = 0;
+};
+
 // Counters, in one place so metrics and logs read the same numbers.
 struct EngineStats {
   uint64_t joins = 0, leaves = 0, evictions = 0, rounds_closed = 0;
   uint64_t pushes_accepted = 0, bytes_up = 0, bytes_down = 0;
   uint64_t rejected_unknown_worker = 0, rejected_wrong_round = 0, rejected_duplicate = 0,
            rejected_bad_payload = 0;
+  uint64_t downlink_resets = 0;  // rounds whose step was discarded because the downlink failed its check
+  std::map<std::string, ScreenCounts> screened;  // by worker name; at most kMaxScreenLabels names, then "other"
   size_t live_workers = 0;
   uint64_t open_round = 0;
   bool done = false;
@@ -96,6 +114,7 @@ struct EngineStats {
 
 class RoundEngine {
  public:
+  static constexpr size_t kMaxScreenLabels = 256;
   // `clock` must outlive the engine.
   RoundEngine(EngineOptions options, std::vector<float> initial_params, const Clock* clock);
   // Continues from a saved state. REQUIRES: theta_true and theta_pub of equal size;
@@ -137,17 +156,33 @@ class RoundEngine {
   EngineStats Stats() const;
   EngineState ExportState() const;
   size_t num_params() const { return num_params_; }
+  uint64_t OpenRound() const;
+  bool IsMember(uint64_t worker_id) const;
 
  private:
   struct Member {
     std::string name;
     double last_seen;
+    bool proven = false;  // see the round rules at the top
+  };
+  // A validated push waiting for the round to close (kMean): its payload and Δ's L2 norm.
+  struct Pending {
+    uint64_t worker_id;
+    std::string name;
+    std::string payload;
+    double norm;
   };
 
   void MaybeCloseLocked();
   EngineState ExportStateLocked() const;
   void CloseRoundLocked();
   void ForgetLocked(uint64_t worker_id);
+  bool AnyProvenLocked() const;
+  // Screens pending_ and sums what passes into sum_; returns how many were summed.
+  size_t SumScreenedLocked();
+  void CountScreenLocked(const std::string& name, bool rejected);
+  // θ_pub += decode(C(θ_true − θ_pub)); returns the payload.
+  std::shared_ptr<const std::string> PublishLocked();
 
   const EngineOptions options_;
   const Clock* const clock_;
@@ -167,6 +202,9 @@ class RoundEngine {
   std::set<uint64_t> expected_;                        // guarded by mu_
   std::set<uint64_t> pushed_;                          // guarded by mu_
   std::vector<float> sum_;                             // guarded by mu_
+  std::vector<float> scratch_;                         // guarded by mu_; one decoded Δ (kMean)
+  std::vector<Pending> pending_;                       // guarded by mu_; this round's pushes, in arrival order
+  NormScreen screen_;                                  // guarded by mu_
   std::vector<int32_t> votes_;                         // guarded by mu_ (kVote only)
   double first_push_time_ = -1;                        // guarded by mu_
   uint64_t round_bytes_up_ = 0;                        // guarded by mu_

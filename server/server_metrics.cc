@@ -3,12 +3,17 @@
 
 namespace muloco {
 
-std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w, uint64_t dense_payload_bytes) {
+std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w, const AuthStats& a,
+                                        uint64_t dense_payload_bytes) {
   auto d = [](uint64_t v) { return static_cast<double>(v); };
+  auto refused = [&](const char* reason, uint64_t v) {
+    return MetricSample{"muloco_refused_calls_total", "Calls refused before reaching the round engine, by reason",
+                        true, d(v), {{"reason", reason}}};
+  };
   auto rejected = [&](const char* reason, uint64_t v) {
     return MetricSample{"muloco_rejected_pushes_total", "Pushes refused, by reason", true, d(v), {{"reason", reason}}};
   };
-  return {
+  std::vector<MetricSample> out = {
       {"muloco_open_round", "The round now open", false, d(e.open_round)},
       {"muloco_run_done", "1 once the final round has closed", false, e.done ? 1.0 : 0.0},
       {"muloco_live_workers", "Workers joined and not evicted or left", false, d(e.live_workers)},
@@ -31,7 +36,30 @@ std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w
       {"muloco_model_bytes_sent_total", "Parameter bytes streamed by model fetches", true, d(w.model_bytes_sent)},
       {"muloco_dense_payload_bytes", "Bytes of one dense fp32 payload of this model (compression reference)",
        false, d(dense_payload_bytes)},
+      refused("no_token", a.refused_no_token),
+      refused("bad_token", a.refused_bad_token),
+      refused("join_limit", a.refused_join_limit),
+      refused("bad_session", a.refused_bad_session),
+      refused("revoked_token", a.refused_revoked),
+      refused("stream_limit", a.refused_stream_limit),
+      refused("push_limit", a.refused_push_limit),
+      refused("oversized_push", w.oversized_pushes),
+      refused("idle_stream", w.idle_cancelled),
+      {"muloco_sessions", "Open worker sessions", false, d(a.sessions)},
+      {"muloco_join_tokens", "Join tokens in force", false, d(a.tokens)},
+      {"muloco_token_reloads_total", "Token file loads", true, d(a.token_reloads)},
+      {"muloco_token_reload_errors_total", "Token file loads that failed (the previous tokens stay)", true,
+       d(a.token_reload_errors)},
+      {"muloco_downlink_resets_total", "Rounds whose outer step was discarded because the downlink failed its check",
+       true, d(e.downlink_resets)},
   };
+  for (const auto& [name, c] : e.screened) {
+    for (const auto& [action, v] : {std::pair{"clip", c.clipped}, std::pair{"reject", c.rejected}}) {
+      out.push_back({"muloco_screened_updates_total", "Pushed updates clipped or left out by robust screening", true,
+                     d(v), {{"worker", name}, {"action", action}}});
+    }
+  }
+  return out;
 }
 
 }  // namespace muloco

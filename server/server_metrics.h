@@ -12,6 +12,7 @@
 namespace muloco {
 
 // dense_payload_bytes: one dense fp32 payload of this model (the reference for ratios).
-std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w, uint64_t dense_payload_bytes);
+std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w, const AuthStats& a,
+                                        uint64_t dense_payload_bytes);
 
 }  // namespace muloco

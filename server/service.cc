@@ -1,25 +1,66 @@
-// MulocoService: gRPC calls -> RoundEngine calls.
+// MulocoService: gRPC calls -> RoundEngine calls, each authenticated first.
 #include "server/service.h"
 
 #include <algorithm>
 #include <cstring>
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
 #include "common/grpc_status.h"
+#include "common/log.h"
 
 namespace muloco {
+namespace {
 
-MulocoService::MulocoService(RoundEngine* engine, v1::RunConfig config, ServiceOptions options)
+std::string Metadata(const grpc::ServerContext* ctx, const char* key) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find(key);
+  return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
+
+}  // namespace
+
+MulocoService::MulocoService(RoundEngine* engine, Auth* auth, v1::RunConfig config, ServiceOptions options,
+                             const Clock* clock)
     : engine_(engine),
+      auth_(auth),
       config_(std::move(config)),
       options_(options),
       max_payload_bytes_(options.max_payload_bytes ? options.max_payload_bytes
-                                                   : PayloadBytes(DenseSegments(engine->num_params()))) {}
+                                                   : PayloadBytes(DenseSegments(engine->num_params()))),
+      watchdog_(options.idle_timeout_s, clock) {}
 
 WireStats MulocoService::Wire() const {
-  return WireStats{updates_sent_.load(), update_bytes_sent_.load(), model_fetches_.load(), model_bytes_sent_.load()};
+  return WireStats{updates_sent_.load(),     update_bytes_sent_.load(), model_fetches_.load(),
+                   model_bytes_sent_.load(), watchdog_.cancelled(),     oversized_pushes_.load()};
+}
+
+absl::StatusOr<uint64_t> MulocoService::Authenticate(const grpc::ServerContext* ctx, uint64_t claimed) {
+  uint64_t id = 0;
+  const std::string id_text = Metadata(ctx, "muloco-worker");
+  if (id_text.empty() || !absl::SimpleAtoi(id_text, &id)) {
+    return absl::UnauthenticatedError("call without a worker id (metadata muloco-worker); join first");
+  }
+  if (claimed != 0 && claimed != id) {
+    return absl::PermissionDeniedError(absl::StrCat("message names worker ", claimed, ", session is worker ", id));
+  }
+  bool revoked = false;
+  absl::Status s = auth_->Check(id, Metadata(ctx, "muloco-session"), &revoked);
+  if (revoked) engine_->Leave(id).IgnoreError();  // a revoked token's workers are out at once
+  if (!s.ok()) return s;
+  if (!engine_->IsMember(id)) {  // evicted or left: the session goes too
+    auth_->Close(id);
+    return absl::NotFoundError(absl::StrCat("unknown worker ", id, "; join again"));
+  }
+  return id;
+}
+
+absl::StatusOr<Auth::Stream> MulocoService::AuthenticateStream(const grpc::ServerContext* ctx, uint64_t claimed) {
+  absl::StatusOr<uint64_t> id = Authenticate(ctx, claimed);
+  if (!id.ok()) return id.status();
+  return auth_->BeginStream(*id);
 }
 
 grpc::Status MulocoService::Join(grpc::ServerContext*, const v1::JoinRequest* req, v1::JoinResponse* resp) {
@@ -28,7 +69,11 @@ grpc::Status MulocoService::Join(grpc::ServerContext*, const v1::JoinRequest* re
                         absl::StrCat("protocol version ", req->protocol_version(), " unsupported; this server speaks 1"));
   }
   if (req->name().size() > 256) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "name longer than 256 bytes");
-  RoundEngine::Joined j = engine_->Join(req->name());
+  if (req->token().size() > 1024) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "token longer than 1024 bytes");
+  absl::StatusOr<std::string> label = auth_->Admit(req->token());
+  if (!label.ok()) return ToGrpcStatus(label.status());
+  RoundEngine::Joined j = engine_->Join(absl::StrCat(SafeName(req->name()), "@", *label));
+  resp->set_session_key(auth_->Open(j.worker_id, req->token()));
   resp->set_worker_id(j.worker_id);
   resp->set_round(j.round);
   *resp->mutable_config() = config_;
@@ -40,16 +85,19 @@ grpc::Status MulocoService::Join(grpc::ServerContext*, const v1::JoinRequest* re
 
 grpc::Status MulocoService::FetchModel(grpc::ServerContext* ctx, const v1::FetchModelRequest* req,
                                        grpc::ServerWriter<v1::ModelChunk>* writer) {
+  absl::StatusOr<Auth::Stream> slot = AuthenticateStream(ctx, req->worker_id());
+  if (!slot.ok()) return ToGrpcStatus(slot.status());
   if (absl::Status s = engine_->Heartbeat(req->worker_id()); !s.ok()) return ToGrpcStatus(s);
   ModelSnapshot snap = engine_->Snapshot();
   const size_t n = snap.params->size();
   if (req->offset() > n) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("offset ", req->offset(), " > ", n));
   }
+  const std::unique_ptr<Watchdog::Watch> watch = watchdog_.Start(ctx);
   const size_t per_chunk = std::max<size_t>(1, options_.chunk_bytes / sizeof(float));
   size_t offset = req->offset();
   do {
-    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled (or idle too long)");
     const size_t count = std::min(per_chunk, n - offset);
     v1::ModelChunk chunk;
     chunk.set_round(snap.round);
@@ -59,6 +107,7 @@ grpc::Status MulocoService::FetchModel(grpc::ServerContext* ctx, const v1::Fetch
     chunk.set_data(reinterpret_cast<const char*>(snap.params->data() + offset), count * sizeof(float));
     chunk.set_chunk_checksum(Checksum64(chunk.data().data(), chunk.data().size()));
     if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "client went away");
+    watch->Progress();
     model_bytes_sent_ += count * sizeof(float);
     offset += count;
   } while (offset < n);
@@ -66,27 +115,43 @@ grpc::Status MulocoService::FetchModel(grpc::ServerContext* ctx, const v1::Fetch
   return grpc::Status::OK;
 }
 
-grpc::Status MulocoService::PushUpdate(grpc::ServerContext*, grpc::ServerReader<v1::UpdateChunk>* reader,
+grpc::Status MulocoService::PushUpdate(grpc::ServerContext* ctx, grpc::ServerReader<v1::UpdateChunk>* reader,
                                        v1::PushReply* reply) {
-  auto bad = [this](const std::string& m) {
+  auto bad = [this](grpc::StatusCode code, const std::string& m) {
     engine_->CountMalformedPush();
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, m);
+    if (code == grpc::StatusCode::RESOURCE_EXHAUSTED) ++oversized_pushes_;
+    return grpc::Status(code, m);
   };
+  constexpr auto kInvalid = grpc::StatusCode::INVALID_ARGUMENT;
+  // Credentials come in metadata, so nothing is read from a stranger's stream.
+  absl::StatusOr<Auth::Stream> slot = AuthenticateStream(ctx, 0);
+  if (!slot.ok()) return ToGrpcStatus(slot.status());
+  const uint64_t me = std::stoull(Metadata(ctx, "muloco-worker"));
+  if (absl::Status s = auth_->CountPush(me, engine_->OpenRound()); !s.ok()) return ToGrpcStatus(s);
+  const std::unique_ptr<Watchdog::Watch> watch = watchdog_.Start(ctx);
   v1::UpdateChunk chunk;
-  if (!reader->Read(&chunk)) return bad("empty push stream");
+  if (!reader->Read(&chunk)) return bad(kInvalid, "empty push stream");
   const uint64_t worker = chunk.worker_id(), round = chunk.round(), total = chunk.total_bytes();
+  if (worker != me) return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "push names another worker");
   if (total > max_payload_bytes_) {
-    return bad(absl::StrCat("declared payload of ", total, " bytes exceeds the limit of ", max_payload_bytes_));
+    return bad(kInvalid, absl::StrCat("declared payload of ", total, " bytes exceeds the limit of ", max_payload_bytes_));
   }
   std::string payload;
-  payload.reserve(total);
+  payload.reserve(std::min<uint64_t>(total, 1 << 20));  // grows as bytes arrive, not as declared
+  size_t chunks = 0;
   do {
-    if (chunk.worker_id() != worker || chunk.round() != round) return bad("chunks of one push disagree on worker/round");
-    if (chunk.data().size() > total - payload.size()) return bad(absl::StrCat("push exceeds its declared ", total, " bytes"));
+    watch->Progress();
+    if (++chunks > options_.max_push_chunks) {
+      return bad(grpc::StatusCode::RESOURCE_EXHAUSTED, absl::StrCat("push of more than ", options_.max_push_chunks, " chunks"));
+    }
+    if (chunk.worker_id() != worker || chunk.round() != round) return bad(kInvalid, "chunks of one push disagree on worker/round");
+    if (chunk.data().empty() && total != 0) return bad(kInvalid, "empty chunk in a push");
+    if (chunk.data().size() > total - payload.size()) return bad(kInvalid, absl::StrCat("push exceeds its declared ", total, " bytes"));
     payload.append(chunk.data());
   } while (reader->Read(&chunk));
+  if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled (or idle too long)");
   if (payload.size() != total) {
-    return bad(absl::StrCat("push ended after ", payload.size(), " of ", total, " declared bytes"));
+    return bad(kInvalid, absl::StrCat("push ended after ", payload.size(), " of ", total, " declared bytes"));
   }
   if (absl::Status s = engine_->Push(worker, round, payload); !s.ok()) return ToGrpcStatus(s);
   reply->set_accepted_bytes(payload.size());
@@ -95,18 +160,27 @@ grpc::Status MulocoService::PushUpdate(grpc::ServerContext*, grpc::ServerReader<
 
 grpc::Status MulocoService::AwaitRound(grpc::ServerContext* ctx, const v1::AwaitRoundRequest* req,
                                        grpc::ServerWriter<v1::RoundChunk>* writer) {
+  absl::StatusOr<Auth::Stream> slot = AuthenticateStream(ctx, req->worker_id());
+  if (!slot.ok()) return ToGrpcStatus(slot.status());
   absl::StatusOr<RoundUpdate> update;
-  for (;;) {
+  // The engine wakes us when the round closes; the 1 s slices only notice a cancelled call
+  // or a shutdown. After max_await_s the caller hears DEADLINE_EXCEEDED and asks again, so
+  // no call (and its thread) outlives a bounded time.
+  for (double waited = 0;; waited += 1.0) {
     // Waiting counts as liveness; an unknown worker (evicted, or this server restarted from a
     // checkpoint and lost its push) hears NOT_FOUND now instead of waiting for a round that
     // may never close.
     if (absl::Status s = engine_->Heartbeat(req->worker_id()); !s.ok()) return ToGrpcStatus(s);
-    update = engine_->AwaitRound(req->round(), 0.25);
+    update = engine_->AwaitRound(req->round(), std::min(1.0, options_.max_await_s - waited));
     if (update.status().code() != absl::StatusCode::kDeadlineExceeded) break;
     if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
     if (shutting_down_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down");
+    if (waited + 1.0 >= options_.max_await_s) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "round still open; ask again");
+    }
   }
   if (!update.ok()) return ToGrpcStatus(update.status());
+  const std::unique_ptr<Watchdog::Watch> watch = watchdog_.Start(ctx);
   const std::string& payload = *update->payload;
   size_t offset = 0;
   do {
@@ -120,6 +194,7 @@ grpc::Status MulocoService::AwaitRound(grpc::ServerContext* ctx, const v1::Await
     chunk.set_done(update->done);
     chunk.set_data(payload.data() + offset, count);
     if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "client went away");
+    watch->Progress();
     update_bytes_sent_ += count;
     offset += count;
   } while (offset < payload.size());
@@ -127,14 +202,17 @@ grpc::Status MulocoService::AwaitRound(grpc::ServerContext* ctx, const v1::Await
   return grpc::Status::OK;
 }
 
-grpc::Status MulocoService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+grpc::Status MulocoService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                       v1::HeartbeatReply* reply) {
+  if (absl::StatusOr<uint64_t> id = Authenticate(ctx, req->worker_id()); !id.ok()) return ToGrpcStatus(id.status());
   if (absl::Status s = engine_->Heartbeat(req->worker_id()); !s.ok()) return ToGrpcStatus(s);
-  reply->set_round(engine_->Stats().open_round);
+  reply->set_round(engine_->OpenRound());
   return grpc::Status::OK;
 }
 
-grpc::Status MulocoService::Leave(grpc::ServerContext*, const v1::LeaveRequest* req, v1::LeaveReply*) {
+grpc::Status MulocoService::Leave(grpc::ServerContext* ctx, const v1::LeaveRequest* req, v1::LeaveReply*) {
+  if (absl::StatusOr<uint64_t> id = Authenticate(ctx, req->worker_id()); !id.ok()) return ToGrpcStatus(id.status());
+  auth_->Close(req->worker_id());
   return ToGrpcStatus(engine_->Leave(req->worker_id()));
 }
 

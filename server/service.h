@@ -1,30 +1,41 @@
-// The gRPC adapter over RoundEngine: turns calls into engine calls and engine statuses into
-// gRPC statuses, chunks streams, and validates message framing. No round logic lives here.
+// The gRPC adapter over RoundEngine: admits workers and checks every call's session
+// (server/auth.h), turns calls into engine calls and engine statuses into gRPC statuses,
+// chunks streams, validates message framing and bounds what one peer can hold: bytes per
+// push (checked while reading), chunks per push, calls in flight, idle streams
+// (server/watchdog.h) and the length of one AwaitRound. No round logic lives here.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 
 #include "muloco/v1/muloco.grpc.pb.h"
+#include "server/auth.h"
 #include "server/round_engine.h"
+#include "server/watchdog.h"
 
 namespace muloco {
 
-// Bytes this service actually wrote to workers (the engine counts payloads once per round).
+// Bytes this service actually wrote to workers (the engine counts payloads once per round),
+// and the calls it refused before they reached the engine.
 struct WireStats {
   uint64_t updates_sent = 0, update_bytes_sent = 0;  // AwaitRound replies and their payload bytes
   uint64_t model_fetches = 0, model_bytes_sent = 0;  // completed FetchModel streams; parameter bytes sent
+  uint64_t idle_cancelled = 0;                       // streams cancelled for making no progress
+  uint64_t oversized_pushes = 0;                     // pushes refused for size or chunk count
 };
 
 struct ServiceOptions {
   size_t chunk_bytes = 1 << 20;     // bytes per streamed chunk (model and updates)
   uint64_t max_payload_bytes = 0;   // larger pushes are refused (0: a dense fp32 model's size)
+  size_t max_push_chunks = 4096;    // chunks in one push
+  double max_await_s = 30;          // one AwaitRound waits this long at most, then DEADLINE_EXCEEDED: ask again
+  double idle_timeout_s = 60;       // a stream that moves no chunk for this long is cancelled
 };
 
 class MulocoService final : public v1::Muloco::Service {
  public:
-  // `engine` must outlive the service.
-  MulocoService(RoundEngine* engine, v1::RunConfig config, ServiceOptions options);
+  // `engine`, `auth` and `clock` must outlive the service.
+  MulocoService(RoundEngine* engine, Auth* auth, v1::RunConfig config, ServiceOptions options, const Clock* clock);
 
   // Makes blocked AwaitRound calls return UNAVAILABLE (server shutting down).
   void BeginShutdown() { shutting_down_ = true; }
@@ -40,12 +51,21 @@ class MulocoService final : public v1::Muloco::Service {
   grpc::Status Leave(grpc::ServerContext*, const v1::LeaveRequest*, v1::LeaveReply*) override;
 
  private:
+  // The worker this call speaks for, from its metadata, after checking its session key.
+  // `claimed` (a message's worker_id, or 0 for none) must name the same worker.
+  absl::StatusOr<uint64_t> Authenticate(const grpc::ServerContext* ctx, uint64_t claimed);
+  // Authenticate + a slot among the worker's calls in flight.
+  absl::StatusOr<Auth::Stream> AuthenticateStream(const grpc::ServerContext* ctx, uint64_t claimed);
+
   RoundEngine* const engine_;
+  Auth* const auth_;
   const v1::RunConfig config_;
   const ServiceOptions options_;
   const size_t max_payload_bytes_;
+  Watchdog watchdog_;
   std::atomic<bool> shutting_down_{false};
-  std::atomic<uint64_t> updates_sent_{0}, update_bytes_sent_{0}, model_fetches_{0}, model_bytes_sent_{0};
+  std::atomic<uint64_t> updates_sent_{0}, update_bytes_sent_{0}, model_fetches_{0}, model_bytes_sent_{0},
+      oversized_pushes_{0};
 };
 
 }  // namespace muloco

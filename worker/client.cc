@@ -14,7 +14,9 @@
 
 namespace muloco {
 
-ServerClient::ServerClient(const std::string& address, ClientOptions options) : options_(options) {
+ServerClient::ServerClient(const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials,
+                           ClientOptions options)
+    : options_(options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   // After a cut, reconnect within seconds (gRPC's default backoff grows to 2 minutes); the
@@ -25,21 +27,32 @@ ServerClient::ServerClient(const std::string& address, ClientOptions options) : 
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
+  channel_ = grpc::CreateCustomChannel(address, std::move(credentials), args);
   stub_ = v1::Muloco::NewStub(channel_);
 }
 
-void ServerClient::SetDeadline(grpc::ClientContext& ctx) const {
-  ctx.set_deadline(std::chrono::system_clock::now() +
-                   std::chrono::milliseconds(static_cast<int64_t>(options_.call_timeout_s * 1000)));
+void ServerClient::SetSession(uint64_t worker_id, const std::string& key) {
+  std::lock_guard<std::mutex> lock(session_mu_);
+  session_id_ = std::to_string(worker_id);
+  session_key_ = key;
 }
 
-absl::StatusOr<v1::JoinResponse> ServerClient::Join(const std::string& name) {
+void ServerClient::Prepare(grpc::ClientContext& ctx, double timeout_s) const {
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  std::lock_guard<std::mutex> lock(session_mu_);
+  if (session_key_.empty()) return;
+  ctx.AddMetadata("muloco-worker", session_id_);
+  ctx.AddMetadata("muloco-session", session_key_);
+}
+
+absl::StatusOr<v1::JoinResponse> ServerClient::Join(const std::string& name, const std::string& token) {
   grpc::ClientContext ctx;
-  SetDeadline(ctx);
+  Prepare(ctx, options_.call_timeout_s);
   v1::JoinRequest req;
   req.set_name(name);
   req.set_protocol_version(1);
+  req.set_token(token);
   v1::JoinResponse resp;
   grpc::Status s = stub_->Join(&ctx, req, &resp);
   if (!s.ok()) return FromGrpcStatus(s);
@@ -50,7 +63,7 @@ absl::StatusOr<v1::JoinResponse> ServerClient::Join(const std::string& name) {
 // Returns OK at the end of the model; on a cut, the caller resumes from *filled.
 absl::Status ServerClient::FetchFrom(uint64_t worker_id, FetchedModel* m, size_t* filled) {
   grpc::ClientContext ctx;
-  SetDeadline(ctx);
+  Prepare(ctx, options_.call_timeout_s);
   v1::FetchModelRequest req;
   req.set_worker_id(worker_id);
   req.set_offset(*filled);
@@ -101,7 +114,7 @@ absl::StatusOr<FetchedModel> ServerClient::FetchModel(uint64_t worker_id) {
 
 absl::Status ServerClient::Push(uint64_t worker_id, uint64_t round, const std::string& payload, float train_loss) {
   grpc::ClientContext ctx;
-  SetDeadline(ctx);
+  Prepare(ctx, options_.call_timeout_s);
   v1::PushReply reply;
   auto writer = stub_->PushUpdate(&ctx, &reply);
   size_t offset = 0;
@@ -121,8 +134,18 @@ absl::Status ServerClient::Push(uint64_t worker_id, uint64_t round, const std::s
 }
 
 absl::StatusOr<RoundResult> ServerClient::AwaitRound(uint64_t worker_id, uint64_t round) {
+  // The server answers DEADLINE_EXCEEDED after its --max_await_s while the round is still
+  // open (so no call holds its thread long): ask again. An evicted worker hears NOT_FOUND,
+  // a dead server shows as UNAVAILABLE.
+  for (;;) {
+    absl::StatusOr<RoundResult> r = AwaitOnce(worker_id, round);
+    if (r.status().code() != absl::StatusCode::kDeadlineExceeded) return r;
+  }
+}
+
+absl::StatusOr<RoundResult> ServerClient::AwaitOnce(uint64_t worker_id, uint64_t round) {
   grpc::ClientContext ctx;
-  SetDeadline(ctx);
+  Prepare(ctx, options_.call_timeout_s);
   v1::AwaitRoundRequest req;
   req.set_worker_id(worker_id);
   req.set_round(round);
@@ -158,7 +181,7 @@ absl::StatusOr<RoundResult> ServerClient::AwaitRound(uint64_t worker_id, uint64_
 template <typename Request, typename Reply, typename Call>
 absl::Status ServerClient::ShortCall(Call call, uint64_t worker_id) {
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  Prepare(ctx, 10);
   Request req;
   req.set_worker_id(worker_id);
   Reply reply;

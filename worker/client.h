@@ -4,19 +4,23 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include <grpcpp/security/credentials.h>
+
 #include "muloco/v1/muloco.grpc.pb.h"
 
 namespace muloco {
 
 struct ClientOptions {
   size_t chunk_bytes = 1 << 20;  // bytes per pushed chunk
-  double call_timeout_s = 600;   // deadline of any one call (AwaitRound waits up to this)
+  double call_timeout_s = 600;   // deadline of any one call (AwaitRound is asked again while the round is open)
   int fetch_attempts = 50;       // a model fetch resumes after a cut this many times
+  std::string tls_server_name;   // check the server's certificate for this name (empty: the address's host)
 };
 
 struct FetchedModel {
@@ -34,9 +38,13 @@ struct RoundResult {
 
 class ServerClient {
  public:
-  ServerClient(const std::string& address, ClientOptions options);
+  // `credentials`: from MakeChannelCredentials (common/tls.h).
+  ServerClient(const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials,
+               ClientOptions options);
 
-  absl::StatusOr<v1::JoinResponse> Join(const std::string& name);
+  absl::StatusOr<v1::JoinResponse> Join(const std::string& name, const std::string& token);
+  // The session every later call presents (from JoinResponse). Set before other calls.
+  void SetSession(uint64_t worker_id, const std::string& key);
   // Whole model, each chunk and the whole checksum-verified; a cut stream resumes where it
   // stopped (from the start if the model moved on meanwhile).
   absl::StatusOr<FetchedModel> FetchModel(uint64_t worker_id);
@@ -46,12 +54,16 @@ class ServerClient {
   absl::Status Leave(uint64_t worker_id);
 
  private:
-  void SetDeadline(grpc::ClientContext& ctx) const;
+  // Sets the deadline (seconds) and the session metadata.
+  void Prepare(grpc::ClientContext& ctx, double timeout_s) const;
+  absl::StatusOr<RoundResult> AwaitOnce(uint64_t worker_id, uint64_t round);
   absl::Status FetchFrom(uint64_t worker_id, FetchedModel* m, size_t* filled);
   template <typename Request, typename Reply, typename Call>
   absl::Status ShortCall(Call call, uint64_t worker_id);
 
   ClientOptions options_;
+  mutable std::mutex session_mu_;
+  std::string session_id_, session_key_;  // guarded by session_mu_ (the heartbeat thread reads them)
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Muloco::Stub> stub_;
 };

@@ -22,6 +22,12 @@ ABSL_FLAG(std::string, save_final, "", "If set, write the final parameters (raw 
 ABSL_FLAG(int32_t, threads, 1, "LibTorch intra-op threads");
 ABSL_FLAG(std::string, metrics_listen, "",
           "Serve Prometheus metrics at http://ADDRESS/metrics, e.g. 0.0.0.0:9091 (port 0 picks one; empty: off)");
+ABSL_FLAG(bool, insecure, false, "Connect in plaintext (no TLS): tests and local demos only");
+ABSL_FLAG(std::string, tls_ca, "", "TLS: CA certificate (PEM) that signed the server's (default: the system's roots)");
+ABSL_FLAG(std::string, tls_cert, "", "Mutual TLS: this worker's certificate (PEM)");
+ABSL_FLAG(std::string, tls_key, "", "Mutual TLS: this worker's private key (PEM)");
+ABSL_FLAG(std::string, tls_server_name, "", "Check the server's certificate for this name (default: --server's host)");
+ABSL_FLAG(std::string, token_file, "", "File holding this worker's join token (first line)");
 ABSL_FLAG(bool, baseline, false, "Train alone, without a server, using the run-config flags");
 
 int main(int argc, char** argv) {
@@ -46,6 +52,10 @@ int main(int argc, char** argv) {
   o.retry_timeout_s = absl::GetFlag(FLAGS_retry_timeout_s);
   o.leave_after = absl::GetFlag(FLAGS_leave_after);
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  o.tls = ClientTls{absl::GetFlag(FLAGS_insecure), absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert),
+                    absl::GetFlag(FLAGS_tls_key)};
+  o.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  o.token_file = absl::GetFlag(FLAGS_token_file);
   if (!absl::GetFlag(FLAGS_baseline)) return RunWorker(o);
   const v1::RunConfig config = RunConfigFromFlags();
   if (absl::Status s = ValidateRunConfig(config); !s.ok()) {

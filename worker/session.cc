@@ -1,11 +1,14 @@
-// RunWorker / RunBaseline (see session.h). Status policy: UNAVAILABLE retries Join;
-// FAILED_PRECONDITION or a checksum mismatch resyncs by fetching the model; NOT_FOUND
-// (evicted) joins again; anything else ends the worker with the error.
+// RunWorker / RunBaseline (see session.h). Status policy: UNAVAILABLE and RESOURCE_EXHAUSTED
+// retry with backoff; FAILED_PRECONDITION, a refused push (INVALID_ARGUMENT), a checksum
+// mismatch or a model gone non-finite resync by fetching the model; NOT_FOUND (evicted)
+// joins again; ALREADY_EXISTS on a push means an earlier attempt got through. Anything else
+// (a refused token or session, a bad config) ends the worker with the error.
 #include "worker/session.h"
 
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -14,6 +17,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
 #include "common/codec.h"
@@ -72,21 +76,40 @@ const absl::Status& StatusOf(const absl::Status& s) { return s; }
 template <typename T>
 const absl::Status& StatusOf(const absl::StatusOr<T>& s) { return s.status(); }
 
-// Calls fn until it returns anything but UNAVAILABLE (server down, link cut), backing off
+// Calls fn until it returns anything but UNAVAILABLE (server down, link cut) or
+// RESOURCE_EXHAUSTED (a server limit, e.g. joins per minute), backing off
 // exponentially from 0.1 s to 5 s with +-50% jitter, for at most timeout_s.
 template <typename F>
 auto Retry(F fn, double timeout_s, const char* tag) -> decltype(fn()) {
   thread_local std::mt19937_64 rng(std::random_device{}());
   const auto start = std::chrono::steady_clock::now();
   double backoff = 0.1;
-  for (bool logged = false;; logged = true) {
+  for (absl::StatusCode logged = absl::StatusCode::kOk;;) {
     auto result = fn();
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (StatusOf(result).code() != absl::StatusCode::kUnavailable || waited > timeout_s) return result;
-    if (!logged) Logf(tag, "server unavailable (%s); retrying", std::string(StatusOf(result).message()).c_str());
+    const absl::StatusCode code = StatusOf(result).code();
+    if ((code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kResourceExhausted) || waited > timeout_s) {
+      return result;
+    }
+    if (code != logged) Logf(tag, "server %s (%s); retrying", code == absl::StatusCode::kUnavailable ? "unavailable" : "busy",
+                      std::string(StatusOf(result).message()).c_str());
+    logged = code;
     std::this_thread::sleep_for(std::chrono::duration<double>(backoff * std::uniform_real_distribution<>(0.5, 1.5)(rng)));
     backoff = std::min(5.0, backoff * 2);
   }
+}
+
+// Every value finite and within what a payload may carry.
+bool UsableUpdate(const std::vector<float>& v) {
+  for (float x : v)
+    if (!(std::fabs(x) <= kMaxAbsValue)) return false;
+  return true;
+}
+
+ClientOptions ClientOptionsFor(const WorkerOptions& o) {
+  ClientOptions c;
+  c.tls_server_name = o.tls_server_name;
+  return c;
 }
 
 }  // namespace
@@ -94,7 +117,8 @@ auto Retry(F fn, double timeout_s, const char* tag) -> decltype(fn()) {
 // One worker's connection state: id, configuration, public model; rejoin and resync live here.
 class WorkerSession {
  public:
-  WorkerSession(const WorkerOptions& o) : o_(o), client_(o.server, ClientOptions{}) {
+  WorkerSession(const WorkerOptions& o, std::shared_ptr<grpc::ChannelCredentials> creds, std::string token)
+      : o_(o), client_(o.server, std::move(creds), ClientOptionsFor(o)), token_(std::move(token)) {
     name_ = o.name.empty() ? absl::StrCat("worker-", getpid()) : o.name;
   }
 
@@ -113,6 +137,7 @@ class WorkerSession {
 
   const WorkerOptions& o_;
   ServerClient client_;
+  const std::string token_;
   std::string name_, tag_ = "worker";
   std::atomic<uint64_t> id_{0};
   uint64_t join_index_ = 0;  // of the first join: seeds this worker's data order
@@ -123,7 +148,7 @@ class WorkerSession {
 };
 
 absl::Status WorkerSession::Join(double timeout_s) {
-  absl::StatusOr<v1::JoinResponse> joined = Retry([&] { return client_.Join(name_); }, timeout_s, tag_.c_str());
+  absl::StatusOr<v1::JoinResponse> joined = Retry([&] { return client_.Join(name_, token_); }, timeout_s, tag_.c_str());
   if (!joined.ok()) return joined.status();
   if (id_ != 0 && joined->config().SerializeAsString() != config_.SerializeAsString()) {
     return absl::FailedPreconditionError("the server now runs a different configuration");
@@ -137,6 +162,7 @@ absl::Status WorkerSession::Join(double timeout_s) {
   if (id_ == 0) join_index_ = joined->join_index();
   config_ = joined->config();
   id_ = joined->worker_id();
+  client_.SetSession(id_, joined->session_key());
   tag_ = absl::StrCat("worker ", id_.load());
   Logf(tag_.c_str(), "joined %s as %s at round %llu: %s", o_.server.c_str(), name_.c_str(),
        static_cast<unsigned long long>(joined->round()), DescribeRunConfig(config_).c_str());
@@ -187,7 +213,7 @@ int WorkerSession::Run() {
   absl::StatusOr<Corpus> corpus = LoadData(o_, config_);
   if (!corpus.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat("data: ", corpus.status().message())));
   Logf(tag_.c_str(), "data %s", corpus->description.c_str());
-  Trainer trainer(config_, &*corpus, config_.data_seed() + join_index_);
+  auto trainer = std::make_unique<Trainer>(config_, &*corpus, config_.data_seed() + join_index_);
   const ParamLayout layout = GptLayout(config_.model());
   const size_t n = TotalParams(layout);
   const std::vector<Segment> uplink = PlanSegments(CodecShapes(layout), *ParseCodec(config_.uplink_codec()));
@@ -201,7 +227,7 @@ int WorkerSession::Run() {
       uint64_t{signmuon ? 1 : config_.inner_steps()} * config_.batch_size() * config_.model().context();
   double first_val = -1, last_val = -1;
   auto evaluate = [&](uint64_t round) {
-    last_val = trainer.Evaluate(pub_.params.data());
+    last_val = trainer->Evaluate(pub_.params.data());
     Count([&](WorkerStats& st) { st.val_loss = last_val; });
     if (first_val < 0) first_val = last_val;
     Logf(tag_.c_str(), "eval: round %llu val_loss %.4f", static_cast<unsigned long long>(round), last_val);
@@ -222,19 +248,31 @@ int WorkerSession::Run() {
     std::vector<float> ef_next;  // ef after this push; adopted only once the push is accepted
     double train_loss = 0;
     std::string payload;
+    auto went_bad = [&] {  // never push a non-finite update: start over from the server's model
+      Logf(tag_.c_str(), "round %llu: the update is non-finite or out of range; resetting the optimizer and resyncing",
+           static_cast<unsigned long long>(r));
+      trainer = std::make_unique<Trainer>(config_, &*corpus, config_.data_seed() + join_index_);
+      std::fill(ef.begin(), ef.end(), 0.0f);
+      return Resync();
+    };
+    // SignMuon's vote needs only each coordinate's sign: no error feedback.
+    train_loss = signmuon ? trainer->SignDirection(pub_.params.data(), delta.data())
+                          : trainer->TrainRound(pub_.params.data(), r * config_.inner_steps(), delta.data());
+    if (!UsableUpdate(delta)) {
+      if (absl::Status s = went_bad(); !s.ok()) return Fail(s);
+      continue;
+    }
     if (signmuon) {
-      // The vote needs only each coordinate's sign: no error feedback.
-      train_loss = trainer.SignDirection(pub_.params.data(), delta.data());
       payload = Compress(uplink, nullptr, 1.0f, delta.data());
-    } else {
-      // Compress into a copy of ef, so a refused push loses nothing.
-      train_loss = trainer.TrainRound(pub_.params.data(), r * config_.inner_steps(), delta.data());
+    } else {  // compress into a copy of ef, so a refused push loses nothing
       ef_next = ef;
       payload = Compress(uplink, delta.data(), config_.ef_beta(), ef_next.data());
     }
     absl::Status pushed = Retry([&] { return client_.Push(id_.load(), r, payload, static_cast<float>(train_loss)); },
                                 o_.retry_timeout_s, tag_.c_str());
-    if (recoverable(pushed)) {
+    // An earlier attempt of this push got through (its reply was lost): the server has it.
+    if (pushed.code() == absl::StatusCode::kAlreadyExists) pushed = absl::OkStatus();
+    if (recoverable(pushed) || pushed.code() == absl::StatusCode::kInvalidArgument) {
       Logf(tag_.c_str(), "push for round %llu refused (%s); resyncing", static_cast<unsigned long long>(r),
            std::string(pushed.message()).c_str());
       if (absl::Status s = Resync(); !s.ok()) return Fail(s);
@@ -293,7 +331,24 @@ int WorkerSession::Run() {
   return 0;
 }
 
-int RunWorker(const WorkerOptions& o) { return WorkerSession(o).Run(); }
+int RunWorker(const WorkerOptions& o) {
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = MakeChannelCredentials(o.tls);
+  if (!creds.ok()) {
+    std::fprintf(stderr, "muloco-worker: %s\n", std::string(creds.status().message()).c_str());
+    return 2;
+  }
+  std::string token;
+  if (!o.token_file.empty()) {
+    std::ifstream in(o.token_file);
+    std::getline(in, token);
+    token = std::string(absl::StripAsciiWhitespace(token));
+    if (!in || token.empty()) {
+      std::fprintf(stderr, "muloco-worker: --token_file=%s: cannot read a token there\n", o.token_file.c_str());
+      return 2;
+    }
+  }
+  return WorkerSession(o, *std::move(creds), std::move(token)).Run();
+}
 
 int RunBaseline(const v1::RunConfig& config, const WorkerOptions& o) {
   absl::StatusOr<Corpus> corpus = LoadData(o, config);

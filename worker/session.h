@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "common/tls.h"
 #include "muloco/v1/muloco.pb.h"
 
 namespace muloco {
@@ -19,6 +20,9 @@ struct WorkerOptions {
   std::string save_final;                  // write final parameters (raw fp32) here
   uint64_t leave_after = 0;                // leave after contributing this many rounds (0: stay to the end)
   std::string metrics_listen;              // serve Prometheus metrics here ("host:port"; empty: off)
+  ClientTls tls;                           // transport security (TLS unless tls.insecure)
+  std::string tls_server_name;             // name the server's certificate must carry (empty: --server's host)
+  std::string token_file;                  // file holding the join token (empty: none, for open-join servers)
 };
 
 // Returns a process exit code.

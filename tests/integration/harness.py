@@ -18,14 +18,21 @@ BUILD = os.environ.get("MULOCO_BUILD", os.path.join(os.path.dirname(__file__), "
 SERVER_BIN = os.path.join(BUILD, "muloco-server")
 WORKER_BIN = os.path.join(BUILD, "muloco-worker")
 
+# Plaintext and open joins, as every test but the security tests runs (those pass their own).
+PLAIN_SERVER = ("--insecure", "--open_join")
+PLAIN_WORKER = ("--insecure",)
+
 # A tiny model: fast on one core, still learns the byte statistics of the corpus.
 TINY = ["--n_layer=1", "--n_head=2", "--d_model=32", "--context=32", "--batch_size=8",
         "--inner_lr=1e-2", "--warmup_steps=5", "--eval_batches=4"]
 
 
-def health_check(address, timeout=0.5):
-    """grpc.health.v1 Check with an empty service name; True when SERVING."""
-    with grpc.insecure_channel(address) as ch:
+def health_check(address, timeout=0.5, credentials=None, options=()):
+    """grpc.health.v1 Check with an empty service name; True when SERVING. `credentials`:
+    grpc.ssl_channel_credentials(...) for a TLS server (None: plaintext)."""
+    channel = (grpc.secure_channel(address, credentials, options=options) if credentials
+               else grpc.insecure_channel(address))
+    with channel as ch:
         check = ch.unary_unary("/grpc.health.v1.Health/Check",
                                request_serializer=lambda b: b, response_deserializer=lambda b: b)
         try:
@@ -79,9 +86,11 @@ class ClusterTest(unittest.TestCase):
     def path(self, name):
         return os.path.join(self.tmp, name)
 
-    def start_server(self, *flags, name="server"):
+    def start_server(self, *flags, name="server", transport=PLAIN_SERVER, credentials=None, options=()):
+        """Starts a server and waits until it is healthy; `credentials`/`options` reach the
+        health check of a TLS server. Returns (proc, "127.0.0.1:PORT")."""
         port_file = self.path(f"{name}.port")
-        proc = Proc([SERVER_BIN, "--listen=127.0.0.1:0", f"--port_file={port_file}", *flags],
+        proc = Proc([SERVER_BIN, "--listen=127.0.0.1:0", f"--port_file={port_file}", *transport, *flags],
                     self.path(f"{name}.log"))
         self.procs.append(proc)
         deadline = time.time() + 30
@@ -91,13 +100,13 @@ class ClusterTest(unittest.TestCase):
             if os.path.exists(port_file):
                 with open(port_file) as f:
                     address = f"127.0.0.1:{f.read().strip()}"
-                if health_check(address):
+                if health_check(address, credentials=credentials, options=options):
                     return proc, address
             time.sleep(0.05)
         self.fail("server never became healthy")
 
-    def start_worker(self, address, *flags, name="worker"):
-        proc = Proc([WORKER_BIN, f"--server={address}", *flags], self.path(f"{name}.log"))
+    def start_worker(self, address, *flags, name="worker", transport=PLAIN_WORKER):
+        proc = Proc([WORKER_BIN, f"--server={address}", *transport, *flags], self.path(f"{name}.log"))
         self.procs.append(proc)
         return proc
 

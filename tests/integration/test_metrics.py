@@ -41,7 +41,7 @@ class Metrics(ClusterTest):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             s.listen()
-            proc = Proc([SERVER_BIN, "--listen=127.0.0.1:0", f"--metrics_listen=127.0.0.1:{s.getsockname()[1]}"],
+            proc = Proc([SERVER_BIN, "--listen=127.0.0.1:0", "--insecure", "--open_join", f"--metrics_listen=127.0.0.1:{s.getsockname()[1]}"],
                         self.path("taken.log"))
             self.procs.append(proc)
             self.assertEqual(proc.wait(timeout=30), 1)

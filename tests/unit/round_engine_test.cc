@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 #include <thread>
 #include <vector>
@@ -134,13 +135,31 @@ TEST(RoundEngine, JoinMidRunCatchesUpAndContributes) {
   auto c = f.engine.Join("late");
   EXPECT_EQ(c.round, 2u);
   EXPECT_EQ(c.checksum, f.engine.Snapshot().checksum);
+  // A joiner in a running run is not waited for until it has pushed a valid update once
+  // (ids that join and never push must not hold rounds open), but it may push at once.
   ASSERT_TRUE(f.engine.Push(a.worker_id, 2, DensePayload({1, 0, 0, 0})).ok());
-  EXPECT_EQ(f.engine.Stats().open_round, 2u);  // the joiner is expected: no push had arrived
-  ASSERT_TRUE(f.engine.Push(c.worker_id, 2, DensePayload({3, 0, 0, 0})).ok());
-  auto u = f.engine.AwaitRound(2, 0);
+  EXPECT_EQ(f.engine.Stats().open_round, 3u);
+  // Its valid but late push proves it: it is expected in round 3.
+  EXPECT_EQ(f.engine.Push(c.worker_id, 2, DensePayload({3, 0, 0, 0})).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 3, DensePayload({1, 0, 0, 0})).ok());
+  EXPECT_EQ(f.engine.Stats().open_round, 3u);
+  ASSERT_TRUE(f.engine.Push(c.worker_id, 3, DensePayload({1.25f, 0, 0, 0})).ok());
+  auto u = f.engine.AwaitRound(3, 0);
   ASSERT_TRUE(u.ok());
   EXPECT_EQ(u->contributors, 2u);
-  EXPECT_FLOAT_EQ((*f.engine.Snapshot().params)[0], 1.0f - 1 - 1 - 2);
+  EXPECT_FLOAT_EQ((*f.engine.Snapshot().params)[0], 1.0f - 1 - 1 - 1 - 1.125f);
+}
+
+TEST(RoundEngine, SybilsThatNeverPushAreNotWaitedFor) {
+  Fixture f;
+  auto a = f.engine.Join("a");
+  auto b = f.engine.Join("b");
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 0, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 0, DensePayload({1, 0, 0, 0})).ok());
+  for (int i = 0; i < 50; ++i) f.engine.Join("sybil");  // join, heartbeat, never push
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 1, DensePayload({1, 0, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 1, DensePayload({1, 0, 0, 0})).ok());
+  EXPECT_EQ(f.engine.Stats().open_round, 2u);  // closed without waiting for the round timeout
 }
 
 TEST(RoundEngine, JoinAfterFirstPushIsNotWaitedFor) {
@@ -262,6 +281,88 @@ TEST(RoundEngine, VoteRoundsRefuseNonSignPayloads) {
   auto a = f.engine.Join("a");
   EXPECT_EQ(f.engine.Push(a.worker_id, 0, DensePayload({1, 2, 3, 4})).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(f.engine.Stats().rejected_bad_payload, 1u);
+}
+
+TEST(RoundEngine, ScreeningClipsAnOutlierToTheRobustThreshold) {
+  Fixture f(Fixture::Defaults(), 4);
+  auto a = f.engine.Join("a"), b = f.engine.Join("b"), c = f.engine.Join("evil");
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 0, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 0, DensePayload({0, 1, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(c.worker_id, 0, DensePayload({0, 0, 1000, 0})).ok());  // x1000
+  // Norms 1, 1, 1000: median 1, MAD 0, so the threshold is 1.5 x median: c counts as 1.5.
+  const std::vector<float> p = *f.engine.Snapshot().params;
+  EXPECT_FLOAT_EQ(p[0], 1.0f - 1.0f / 3);
+  EXPECT_FLOAT_EQ(p[1], 1.0f - 1.0f / 3);
+  EXPECT_FLOAT_EQ(p[2], 1.0f - 1.5f / 3);
+  EXPECT_FLOAT_EQ(p[3], 1.0f);
+  const EngineStats st = f.engine.Stats();
+  ASSERT_EQ(st.screened.count("evil"), 1u);
+  EXPECT_EQ(st.screened.at("evil").clipped, 1u);
+  EXPECT_EQ(st.screened.count("a"), 0u);
+}
+
+TEST(RoundEngine, ScreeningRejectLeavesTheOutlierOut) {
+  EngineOptions o = Fixture::Defaults();
+  o.screen.mode = Robust::kReject;
+  Fixture f(o, 4);
+  auto a = f.engine.Join("a"), b = f.engine.Join("b"), c = f.engine.Join("evil");
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 0, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 0, DensePayload({1, 0, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(c.worker_id, 0, DensePayload({0, 0, -5000, 0})).ok());
+  auto u = f.engine.AwaitRound(0, 0);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->contributors, 2u);
+  const std::vector<float> p = *f.engine.Snapshot().params;
+  EXPECT_FLOAT_EQ(p[0], 0.0f);
+  EXPECT_FLOAT_EQ(p[2], 1.0f);
+  EXPECT_EQ(f.engine.Stats().screened.at("evil").rejected, 1u);
+}
+
+TEST(RoundEngine, ScreeningUsesPreviousRoundsWhenTheQuorumIsSmall) {
+  Fixture f(Fixture::Defaults(), 4);
+  auto a = f.engine.Join("a");
+  for (uint64_t r = 0; r < 3; ++r) ASSERT_TRUE(f.engine.Push(a.worker_id, r, DensePayload({0.5f, 0, 0, 0})).ok());
+  // Alone in round 3, a x1000 push is clipped against the norms of rounds 0-2.
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 3, DensePayload({0, 500, 0, 0})).ok());
+  EXPECT_FLOAT_EQ((*f.engine.Snapshot().params)[1], 1.0f - 0.75f);  // 1.5 x median 0.5
+}
+
+TEST(RoundEngine, PayloadsBeyondTheValueLimitAreRefused) {
+  Fixture f;
+  auto a = f.engine.Join("a");
+  const float big = std::numeric_limits<float>::max();
+  for (float v : {big, -big, 2 * kMaxAbsValue}) {
+    EXPECT_EQ(f.engine.Push(a.worker_id, 0, DensePayload({v, 0, 0, 0})).code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(f.engine.Stats().rejected_bad_payload, 3u);
+  EXPECT_EQ(f.engine.Stats().open_round, 0u);
+}
+
+TEST(RoundEngine, PushInAnotherCodecThanTheRunsIsRefused) {
+  EngineOptions o = Fixture::Defaults();
+  o.uplink = PlanSegments({TensorShape{2, 4, false}}, *ParseCodec("quant:bits=2,chunk=8"));
+  Fixture f(o, 4);
+  auto a = f.engine.Join("a");
+  EXPECT_EQ(f.engine.Push(a.worker_id, 0, DensePayload({1, 0, 0, 0})).code(), absl::StatusCode::kInvalidArgument);
+  const float x[4] = {1, 0, 0, 0};
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, Encode(o.uplink, x)).ok());
+}
+
+TEST(RoundEngine, ADownlinkOutOfRangeDiscardsTheStepInsteadOfAborting) {
+  EngineOptions o = Fixture::Defaults();
+  o.outer = OuterSgdOptions{2.0f, 0.0f, false};  // 2 x 1e6 cannot be sent down
+  o.screen.mode = Robust::kOff;
+  Fixture f(o, 4);
+  auto a = f.engine.Join("a");
+  const uint64_t before = f.engine.Snapshot().checksum;
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({kMaxAbsValue, 0, 0, 0})).ok());
+  EXPECT_EQ(f.engine.Stats().open_round, 1u);
+  EXPECT_EQ(f.engine.Stats().downlink_resets, 1u);
+  EXPECT_EQ(f.engine.Snapshot().checksum, before);
+  EXPECT_EQ(f.engine.ExportState().theta_true, f.engine.ExportState().theta_pub);
+  // The next round works normally.
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 1, DensePayload({0.5f, 0, 0, 0})).ok());
+  EXPECT_FLOAT_EQ((*f.engine.Snapshot().params)[0], 0.0f);
 }
 
 }  // namespace

@@ -1,0 +1,216 @@
+// Auth (see auth.h).
+#include "server/auth.h"
+
+#include <sys/random.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/log.h"
+
+namespace muloco {
+namespace {
+
+// 128 bits from the kernel's CSPRNG, as 32 hex digits.
+std::string NewKey() {
+  unsigned char raw[16];
+  size_t got = 0;
+  while (got < sizeof raw) {
+    const ssize_t r = getrandom(raw + got, sizeof raw - got, 0);
+    if (r > 0) got += static_cast<size_t>(r);
+  }
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(raw), sizeof raw));
+}
+
+// Compares without an early exit, so timing does not tell how much of a key was right.
+bool SameSecret(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+absl::StatusOr<std::map<std::string, std::string>> ParseTokenFile(absl::string_view text) {
+  std::map<std::string, std::string> tokens;
+  int line_no = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_no;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<absl::string_view> f = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    if (f.size() != 2) return absl::InvalidArgumentError(absl::StrCat("line ", line_no, ": want LABEL TOKEN"));
+    if (f[1].size() < 16) return absl::InvalidArgumentError(absl::StrCat("line ", line_no, ": token shorter than 16 characters"));
+    if (!tokens.emplace(std::string(f[1]), SafeName(std::string(f[0]))).second) {
+      return absl::InvalidArgumentError(absl::StrCat("line ", line_no, ": token listed twice"));
+    }
+  }
+  return tokens;
+}
+
+absl::StatusOr<std::unique_ptr<Auth>> Auth::Create(AuthOptions options, const Clock* clock) {
+  if (options.token_file.empty() && !options.open_join) {
+    return absl::InvalidArgumentError("give --join_tokens=FILE, or --open_join to let anyone join");
+  }
+  std::unique_ptr<Auth> auth(new Auth(std::move(options), clock));
+  if (!auth->options_.token_file.empty()) {
+    if (absl::Status s = auth->Reload(true); !s.ok()) return s;
+  }
+  return auth;
+}
+
+absl::Status Auth::Reload(bool force) {
+  const std::string& path = options_.token_file;
+  if (path.empty()) return absl::OkStatus();
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.token_reload_errors;
+    return absl::InvalidArgumentError(absl::StrCat("cannot read token file ", path));
+  }
+  const int64_t mtime = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!force && mtime == file_mtime_ns_ && st.st_size == file_size_) return absl::OkStatus();
+    file_mtime_ns_ = mtime;
+    file_size_ = st.st_size;
+  }
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<std::map<std::string, std::string>> parsed = ParseTokenFile(text.str());
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!in || !parsed.ok()) {
+    ++stats_.token_reload_errors;
+    return absl::InvalidArgumentError(
+        absl::StrCat("token file ", path, ": ", parsed.ok() ? "unreadable" : parsed.status().message()));
+  }
+  const bool first = stats_.token_reloads++ == 0;
+  tokens_ = *std::move(parsed);
+  Logf("server", "%s %zu join tokens from %s", first ? "loaded" : "reloaded", tokens_.size(), path.c_str());
+  return absl::OkStatus();
+}
+
+bool Auth::RateOk(std::deque<double>* joins, size_t per_minute, double now) {
+  while (!joins->empty() && now - joins->front() > 60) joins->pop_front();
+  return joins->size() < per_minute;
+}
+
+absl::StatusOr<std::string> Auth::Admit(const std::string& token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string label = "open";
+  if (!options_.open_join || !token.empty()) {
+    if (token.empty()) {
+      ++stats_.refused_no_token;
+      return absl::UnauthenticatedError("this server needs a join token");
+    }
+    auto it = tokens_.find(token);
+    if (it == tokens_.end()) {
+      ++stats_.refused_bad_token;
+      return absl::PermissionDeniedError("unknown or revoked join token");
+    }
+    label = it->second;
+  }
+  const double now = clock_->Now();
+  size_t of_token = 0;
+  for (const auto& [id, s] : sessions_) of_token += s.token == token;
+  std::deque<double>& token_joins = token_joins_[token];
+  const char* limit = sessions_.size() >= options_.max_workers          ? "live workers"
+                      : of_token >= options_.max_workers_per_token      ? "live workers of this token"
+                      : !RateOk(&joins_, options_.max_joins_per_minute, now) ? "joins per minute"
+                      : !RateOk(&token_joins, options_.max_joins_per_token_per_minute, now)
+                          ? "joins per minute of this token"
+                          : nullptr;
+  if (limit) {
+    ++stats_.refused_join_limit;
+    return absl::ResourceExhaustedError(absl::StrCat("join refused: limit of ", limit, " reached; retry later"));
+  }
+  joins_.push_back(now);
+  token_joins.push_back(now);
+  return label;
+}
+
+std::string Auth::Open(uint64_t worker_id, const std::string& token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Session& s = sessions_[worker_id];
+  s.key = NewKey();
+  s.token = token;
+  return s.key;
+}
+
+absl::Status Auth::Check(uint64_t worker_id, absl::string_view key, bool* revoked) {
+  *revoked = false;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (key.empty()) {
+    ++stats_.refused_bad_session;
+    return absl::UnauthenticatedError("call without a session key (metadata muloco-session); join first");
+  }
+  auto it = sessions_.find(worker_id);
+  if (it == sessions_.end()) return absl::NotFoundError(absl::StrCat("unknown worker ", worker_id, "; join again"));
+  if (!SameSecret(key, it->second.key)) {
+    ++stats_.refused_bad_session;
+    return absl::PermissionDeniedError(absl::StrCat("wrong session key for worker ", worker_id));
+  }
+  if (!it->second.token.empty() && !tokens_.count(it->second.token)) {
+    ++stats_.refused_revoked;
+    sessions_.erase(it);
+    *revoked = true;
+    return absl::PermissionDeniedError("join token revoked");
+  }
+  return absl::OkStatus();
+}
+
+void Auth::Close(uint64_t worker_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sessions_.erase(worker_id);
+}
+
+Auth::Stream::~Stream() {
+  if (!auth_) return;
+  std::lock_guard<std::mutex> lock(auth_->mu_);
+  auto it = auth_->sessions_.find(id_);
+  if (it != auth_->sessions_.end() && it->second.streams > 0) --it->second.streams;
+}
+
+absl::StatusOr<Auth::Stream> Auth::BeginStream(uint64_t worker_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(worker_id);
+  if (it == sessions_.end()) return absl::NotFoundError(absl::StrCat("unknown worker ", worker_id, "; join again"));
+  if (it->second.streams >= options_.max_streams_per_worker) {
+    ++stats_.refused_stream_limit;
+    return absl::ResourceExhaustedError(
+        absl::StrCat("worker ", worker_id, " has ", it->second.streams, " calls in flight already"));
+  }
+  ++it->second.streams;
+  return Stream(this, worker_id);
+}
+
+absl::Status Auth::CountPush(uint64_t worker_id, uint64_t round) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(worker_id);
+  if (it == sessions_.end()) return absl::NotFoundError(absl::StrCat("unknown worker ", worker_id, "; join again"));
+  Session& s = it->second;
+  if (s.push_round != round) s.push_round = round, s.push_attempts = 0;
+  if (++s.push_attempts > options_.max_push_attempts_per_round) {
+    ++stats_.refused_push_limit;
+    return absl::ResourceExhaustedError(absl::StrCat("more than ", options_.max_push_attempts_per_round,
+                                                     " pushes for round ", round));
+  }
+  return absl::OkStatus();
+}
+
+AuthStats Auth::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  AuthStats s = stats_;
+  s.sessions = sessions_.size();
+  s.tokens = tokens_.size();
+  return s;
+}
+
+}  // namespace muloco

@@ -1,0 +1,49 @@
+// NormScreen (see screen.h).
+#include "server/screen.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+namespace muloco {
+namespace {
+
+double Median(std::vector<double> v) {
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + mid, v.end());
+  const double hi = v[mid];
+  if (v.size() % 2) return hi;
+  return 0.5 * (hi + *std::max_element(v.begin(), v.begin() + mid));
+}
+
+}  // namespace
+
+double NormScreen::Threshold(const std::vector<double>& round_norms) const {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  if (options_.mode == Robust::kOff) return kInf;
+  std::vector<double> samples = round_norms;
+  for (const std::vector<double>& r : history_) samples.insert(samples.end(), r.begin(), r.end());
+  if (samples.size() < std::max<size_t>(1, options_.min_samples)) return kInf;
+  const double med = Median(samples);
+  std::vector<double> dev(samples.size());
+  for (size_t i = 0; i < samples.size(); ++i) dev[i] = std::fabs(samples[i] - med);
+  const double mad = Median(std::move(dev));
+  return std::max(med + options_.mad_factor * 1.4826 * mad, options_.median_factor * med);
+}
+
+void NormScreen::Remember(std::vector<double> accepted_norms) {
+  if (options_.history_rounds == 0) return;
+  history_.push_back(std::move(accepted_norms));
+  while (history_.size() > options_.history_rounds) history_.pop_front();
+}
+
+bool ParseRobust(const std::string& text, Robust* out) {
+  if (text == "off") *out = Robust::kOff;
+  else if (text == "clip") *out = Robust::kClip;
+  else if (text == "reject") *out = Robust::kReject;
+  else return false;
+  return true;
+}
+
+}  // namespace muloco

@@ -1,0 +1,48 @@
+// Robust screening of pushed pseudo-gradients: before a round's updates are summed, each
+// worker's L2 norm is compared with a threshold from robust statistics (median and MAD) of
+// this round's norms and of the norms accepted in recent rounds, so that one hostile or
+// broken worker cannot dominate the mean. SignMuon's votes need none of this: every worker
+// adds exactly +-1 per coordinate, so its influence is bounded by construction.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <string>
+#include <vector>
+
+namespace muloco {
+
+enum class Robust {
+  kOff,     // every validated update is summed as it is
+  kClip,    // an update above the threshold is scaled down to it
+  kReject,  // an update above the threshold is left out of the round
+};
+
+struct ScreenOptions {
+  Robust mode = Robust::kClip;
+  double mad_factor = 3.0;     // threshold >= median + mad_factor * 1.4826 * MAD (a Gaussian's 3 sigma)
+  double median_factor = 1.5;  // and >= median_factor * median (honest norms are rarely that far apart)
+  size_t min_samples = 3;      // fewer norms than this (this round + history): no screening
+  size_t history_rounds = 4;   // rounds of accepted norms that join this round's
+};
+
+class NormScreen {
+ public:
+  explicit NormScreen(ScreenOptions options) : options_(options) {}
+
+  // The largest norm accepted unchanged in a round whose pushes have `round_norms`;
+  // +infinity when screening is off or there are too few samples to judge.
+  double Threshold(const std::vector<double>& round_norms) const;
+  // Records a closed round's norms as summed (after clipping; rejected ones left out).
+  void Remember(std::vector<double> accepted_norms);
+  Robust mode() const { return options_.mode; }
+
+ private:
+  const ScreenOptions options_;
+  std::deque<std::vector<double>> history_;
+};
+
+// "off" | "clip" | "reject"; false for anything else.
+bool ParseRobust(const std::string& text, Robust* out);
+
+}  // namespace muloco

@@ -1,0 +1,63 @@
+// Cancels streaming calls that stop making progress: a peer that opens a stream and then
+// neither reads nor writes would otherwise hold a server thread (sync gRPC API) and its
+// buffers forever. Each call registers a Watch and marks progress after every chunk moved;
+// a call idle for longer than idle_timeout_s is cancelled (ServerContext::TryCancel), which
+// ends its blocked Read or Write.
+#pragma once
+
+#include <grpcpp/server_context.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "common/clock.h"
+
+namespace muloco {
+
+class Watchdog {
+ public:
+  // `clock` must outlive the watchdog. Checks every `period_s`.
+  Watchdog(double idle_timeout_s, const Clock* clock, double period_s = 0.5);
+  ~Watchdog();
+
+  class Watch {
+   public:
+    ~Watch();
+    void Progress();
+    Watch(const Watch&) = delete;
+    Watch& operator=(const Watch&) = delete;
+
+   private:
+    friend class Watchdog;
+    Watch(Watchdog* dog, uint64_t id) : dog_(dog), id_(id) {}
+    Watchdog* const dog_;
+    const uint64_t id_;
+  };
+  // REQUIRES: ctx outlives the returned Watch.
+  std::unique_ptr<Watch> Start(grpc::ServerContext* ctx);
+
+  uint64_t cancelled() const { return cancelled_.load(); }
+
+ private:
+  struct Entry {
+    grpc::ServerContext* ctx;
+    double last_progress;
+  };
+  void Loop(double period_s);
+
+  const double idle_timeout_s_;
+  const Clock* const clock_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;                   // guarded by mu_
+  uint64_t next_id_ = 0;                // guarded by mu_
+  std::map<uint64_t, Entry> entries_;   // guarded by mu_
+  std::atomic<uint64_t> cancelled_{0};
+  std::thread thread_;                  // last: starts after the fields above exist
+};
+
+}  // namespace muloco

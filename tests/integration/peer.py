@@ -1,0 +1,122 @@
+"""An independent muloco client in Python (grpcio + the documented formats): the session
+metadata of proto/muloco/v1/muloco.proto, the GPT parameter layout of
+common/model_layout.cc and payloads written from the byte layout in common/codec.h. Tests use
+it as an honest probe and as a hostile peer."""
+import struct
+
+import grpc
+import numpy as np
+import xxhash
+
+import muloco.v1.muloco_pb2 as pb
+
+MODEL_SEED = 0x6D756C6F636F
+BODY_SEED = 0x626F6479
+DENSE, LLOYD = 1, 7
+
+
+def gpt_shapes(vocab=256, n_layer=1, d_model=32, context=32):
+    """[(rows, numel, is_vector)] per tensor, in layout order (common/model_layout.cc)."""
+    d = d_model
+    shapes = [(vocab, vocab * d, False), (context, context * d, False)]
+    for _ in range(n_layer):
+        shapes += [(d, d, True), (d, d, True), (3 * d, 3 * d * d, False), (d, d * d, False),
+                   (d, d, True), (d, d, True), (4 * d, 4 * d * d, False), (d, 4 * d * d, False)]
+    return shapes + [(d, d, True), (d, d, True), (vocab, vocab * d, False)]
+
+
+def _frame(entries, datas, version=2):
+    body = b"".join(entries) + b"".join(datas)
+    n = sum(struct.unpack_from("<Q", e, 16)[0] for e in entries)
+    return b"MLCP" + struct.pack("<BBHQQQ", version, 0, len(entries), n, len(body),
+                                 xxhash.xxh64_intdigest(body, seed=BODY_SEED)) + body
+
+
+def dense_payload(values, shapes, version=2):
+    """Dense fp32, one segment per tensor (the run codec "dense-fp32")."""
+    values = np.asarray(values, dtype="<f4")
+    entries, datas, off = [], [], 0
+    for rows, numel, _ in shapes:
+        data = values[off:off + numel].tobytes()
+        off += numel
+        entries.append(struct.pack("<BBHIIIQQ", DENSE, 32, 0, 0, 0, rows, numel, len(data)))
+        datas.append(data)
+    return _frame(entries, datas, version)
+
+
+def lloyd_payload(shapes, table, chunk=512, bits=2, vector_values=0.0):
+    """The run codec "lloyd:bits=2,chunk=512" (vectors dense): every chunk decodes through
+    `table` (2^bits floats) with all codes 0, so each matrix element decodes to table[0];
+    vectors are dense fp32 `vector_values`."""
+    entries, datas = [], []
+    for rows, numel, vector in shapes:
+        if vector:
+            data = np.full(numel, vector_values, dtype="<f4").tobytes()
+            entries.append(struct.pack("<BBHIIIQQ", DENSE, 32, 0, 0, 0, rows, numel, len(data)))
+        else:
+            nc = -(-numel // chunk)
+            tables = np.tile(np.asarray(table, dtype="<f4"), nc).tobytes()
+            data = tables + bytes((numel * bits + 7) // 8)
+            entries.append(struct.pack("<BBHIIIQQ", LLOYD, bits, 0, chunk, 0, rows, numel, len(data)))
+        datas.append(data)
+    return _frame(entries, datas)
+
+
+class Peer:
+    """One client: Join, then every call with the session metadata (or `session` overridden)."""
+
+    def __init__(self, address, credentials=None, options=()):
+        self.ch = grpc.secure_channel(address, credentials, options=options) if credentials else grpc.insecure_channel(address)
+
+        def method(kind, name, resp):
+            return getattr(self.ch, kind)(f"/muloco.v1.Muloco/{name}", request_serializer=lambda m: m.SerializeToString(),
+                                          response_deserializer=resp.FromString)
+        self._join = method("unary_unary", "Join", pb.JoinResponse)
+        self._fetch = method("unary_stream", "FetchModel", pb.ModelChunk)
+        self._push = method("stream_unary", "PushUpdate", pb.PushReply)
+        self._await = method("unary_stream", "AwaitRound", pb.RoundChunk)
+        self._heartbeat = method("unary_unary", "Heartbeat", pb.HeartbeatReply)
+        self._leave = method("unary_unary", "Leave", pb.LeaveReply)
+        self.id, self.key = 0, ""
+
+    def close(self):
+        self.ch.close()
+
+    def md(self, worker=None, key=None):
+        return (("muloco-worker", str(self.id if worker is None else worker)),
+                ("muloco-session", self.key if key is None else key))
+
+    def join(self, name="probe", token="", version=1, timeout=10):
+        r = self._join(pb.JoinRequest(name=name, protocol_version=version, token=token), timeout=timeout)
+        self.id, self.key = r.worker_id, r.session_key
+        return r
+
+    def fetch(self, timeout=10, **md):
+        return b"".join(c.data for c in self._fetch(pb.FetchModelRequest(worker_id=md.get("worker", self.id)),
+                                                    metadata=self.md(**md), timeout=timeout))
+
+    def push(self, rnd, data, total=None, chunk=4096, timeout=10, **md):
+        total = len(data) if total is None else total
+        chunks = [pb.UpdateChunk(worker_id=md.get("worker", self.id), round=rnd, total_bytes=total, data=data[i:i + chunk])
+                  for i in range(0, max(1, len(data)), chunk)]
+        return self._push(iter(chunks), metadata=self.md(**md), timeout=timeout)
+
+    def await_round(self, rnd, timeout=60, **md):
+        return list(self._await(pb.AwaitRoundRequest(worker_id=md.get("worker", self.id), round=rnd),
+                                metadata=self.md(**md), timeout=timeout))
+
+    def heartbeat(self, timeout=10, **md):
+        return self._heartbeat(pb.HeartbeatRequest(worker_id=md.get("worker", self.id)), metadata=self.md(**md),
+                               timeout=timeout)
+
+    def leave(self, timeout=10, **md):
+        return self._leave(pb.LeaveRequest(worker_id=md.get("worker", self.id)), metadata=self.md(**md), timeout=timeout)
+
+
+def code_of(call, *args, **kw):
+    """The grpc.StatusCode a call ends with (OK when it returns)."""
+    try:
+        call(*args, **kw)
+        return grpc.StatusCode.OK
+    except grpc.RpcError as e:
+        return e.code()
