@@ -59,6 +59,8 @@ ABSL_FLAG(uint32_t, max_push_attempts_per_round, 8, "PushUpdate calls per worker
 ABSL_FLAG(uint32_t, max_push_chunks, 4096, "Chunks in one push");
 ABSL_FLAG(double, idle_timeout_s, 60, "Cancel a stream that moves no chunk for this long");
 ABSL_FLAG(double, max_await_s, 30, "One AwaitRound call waits this long at most (the worker asks again)");
+ABSL_FLAG(uint32_t, transport_memory_mb, 256,
+          "Memory gRPC's transport may hold for incoming data (an oversized message is cut off here)");
 ABSL_FLAG(uint32_t, max_threads, 512, "gRPC handler threads at most (further calls: RESOURCE_EXHAUSTED)");
 ABSL_FLAG(std::string, metrics_listen, "",
           "Serve Prometheus metrics at http://ADDRESS/metrics, e.g. 0.0.0.0:9090 (port 0 picks one; empty: off)");
@@ -124,10 +126,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!(eo.round_timeout_s > 0) || !(eo.heartbeat_timeout_s > 0) || absl::GetFlag(FLAGS_chunk_bytes) < 4 ||
-      !(absl::GetFlag(FLAGS_idle_timeout_s) > 0) || !(absl::GetFlag(FLAGS_max_await_s) >= 1)) {
+      !(absl::GetFlag(FLAGS_idle_timeout_s) > 0) || !(absl::GetFlag(FLAGS_max_await_s) >= 1) ||
+      absl::GetFlag(FLAGS_transport_memory_mb) < 16) {
     std::fprintf(stderr,
                  "muloco-server: need round_timeout_s > 0, heartbeat_timeout_s > 0, chunk_bytes >= 4, "
-                 "idle_timeout_s > 0, max_await_s >= 1\n");
+                 "idle_timeout_s > 0, max_await_s >= 1, transport_memory_mb >= 16\n");
     return 2;
   }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = MakeServerCredentials(
@@ -201,6 +204,9 @@ int main(int argc, char** argv) {
   // Idle streams hold a thread each (sync API): cap them; past the cap calls get RESOURCE_EXHAUSTED.
   grpc::ResourceQuota quota("muloco-server");
   quota.SetMaxThreads(static_cast<int>(std::max<uint32_t>(8, absl::GetFlag(FLAGS_max_threads))));
+  // gRPC 1.51 buffers a whole incoming message before checking its size (grpc/grpc#43012):
+  // the quota bounds what its transport may hold; past it, streams are reset.
+  quota.Resize(size_t{absl::GetFlag(FLAGS_transport_memory_mb)} << 20);
   builder.SetResourceQuota(quota);
   builder.RegisterService(&service);
   // Workers ping every 10 s to notice dead links; let them, even between calls.

@@ -109,7 +109,12 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
     ++stats_.rejected_wrong_round;
     // A valid update that came too late still proves the worker is training: expect it next
     // round, so that a slower joiner is not left racing every round's close.
-    if (!done_ && round < open_round_ && !vote && validate().ok()) {
+    if (!done_ && round < open_round_ && !vote) {
+      if (absl::Status s = validate(); !s.ok()) {
+        --stats_.rejected_wrong_round;  // counted as what it is
+        ++stats_.rejected_bad_payload;
+        return s;
+      }
       member->second.proven = true;
       if (pushed_.empty()) expected_.insert(worker_id);
     }

@@ -1,0 +1,206 @@
+"""A volunteer turned hostile: an independent python3-grpcio client holding a valid join
+token runs beside two honest workers and, round after round, pushes x1000 updates, FLT_MAX
+values, 1e38 decode tables and NaNs, acts as the honest workers' ids, floods leaves and
+joins. The server stays up, the honest workers finish with a validation loss within 5% of
+the same run without the attacker, and every attack shows in the server's metrics. A
+second test floods the server with joins, idle streams and an oversized message and checks
+that its memory and threads stay bounded while an honest run finishes."""
+import re
+import threading
+import time
+import unittest
+import urllib.request
+
+import grpc
+
+import muloco.v1.muloco_pb2 as pb
+from harness import TINY, ClusterTest
+from peer import Peer, code_of, gpt_shapes, lloyd_payload
+
+HONEST, VOLUNTEER = "honest-token-0123456789", "volunteer-token-9876543210"
+RUN = [*TINY, "--inner_lr=3e-3", "--rounds=14", "--inner_steps=10", "--min_quorum=2", "--round_timeout_s=5",
+       "--eval_every=0", "--metrics_listen=127.0.0.1:0", "--max_joins_per_token_per_minute=20"]
+SHAPES = gpt_shapes()
+FLT_MAX = 3.4028235e38
+
+
+def metrics(port):
+    """{(name, frozenset(labels)): value} from the server's /metrics text."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for name, labels, value in re.findall(r"^(\w+)(?:\{(.*?)\})? (\S+)$", text, re.M):
+        out[(name, frozenset(re.findall(r'(\w+)="([^"]*)"', labels)))] = float(value)
+    return out
+
+
+def metric(m, name, **labels):
+    return m.get((name, frozenset(labels.items())), 0.0)
+
+
+def status_kib(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(rf"{field}:\s+(\d+)", f.read()).group(1))
+
+
+class Adversary(ClusterTest):
+    def start(self, *flags, tag=""):
+        tokens = self.path("tokens")
+        with open(tokens, "w") as f:
+            f.write(f"site-a {HONEST}\nvolunteer {VOLUNTEER}\n")
+        with open(self.path("honest.token"), "w") as f:
+            f.write(HONEST + "\n")
+        server, addr = self.start_server(*RUN, *flags, f"--join_tokens={tokens}", "--linger_s=60",
+                                         transport=("--insecure",), name=tag + "server")
+        port = int(self.wait_for(server, r"metrics on port (\d+)", 30).group(1))
+        workers = [self.start_worker(addr, f"--token_file={self.path('honest.token')}", f"--name=honest{i}",
+                                     name=f"{tag}w{i}") for i in range(2)]
+        for i in range(2):  # both honest joins first: their data seeds match the clean run's
+            self.wait_for(server, rf"\(honest{i}@site-a\) joined", 60)
+        return server, addr, port, workers
+
+    def final_losses(self, workers):
+        out = []
+        for w in workers:
+            self.assertEqual(w.wait(timeout=300), 0, w.text())
+            out.append(float(re.search(r"final: val_loss ([\d.]+)", w.text()).group(1)))
+        return out
+
+    def test_hostile_volunteer_cannot_stop_or_spoil_the_run(self):
+        server, _, _, workers = self.start(tag="clean-")
+        clean = self.final_losses(workers)
+        self.assertEqual(server.wait(timeout=60), 0, server.text())
+
+        server, addr, port, workers = self.start()
+        adv = Peer(addr)
+        adv.join(name="mallory", token=VOLUNTEER)
+        honest_ids = [adv.id - 1, adv.id - 2]  # ids are labels, not secrets: guessable
+        codes, attacked, stop = {}, set(), threading.Event()
+
+        def note(what, code):
+            codes.setdefault(what, set()).add(code)
+
+        def attack():
+            while not stop.is_set():
+                try:
+                    r = adv.heartbeat().round
+                except grpc.RpcError:
+                    return
+                if r in attacked or r >= 14:  # 14: the run is over
+                    time.sleep(0.02)
+                    continue
+                attacked.add(r)
+                note("FLT_MAX values", code_of(adv.push, r, lloyd_payload(SHAPES, [-FLT_MAX, -1, 1, FLT_MAX])))
+                note("1e38 tables", code_of(adv.push, r, lloyd_payload(SHAPES, [-1e38, -1e37, 1e37, 1e38])))
+                note("NaN", code_of(adv.push, r, lloyd_payload(SHAPES, [float("nan"), 0, 0, 0])))
+                for hid in honest_ids:
+                    note("push as another id", code_of(adv.push, r, lloyd_payload(SHAPES, [0, 0, 0, 0]), worker=hid))
+                    note("leave as another id", code_of(adv.leave, worker=hid))
+                    note("heartbeat as another id", code_of(adv.heartbeat, worker=hid))
+                    note("no session", code_of(adv.leave, worker=hid, key=""))
+                # x1000 an honest update's scale, all one direction: valid, so screened.
+                note("x1000", code_of(adv.push, r, lloyd_payload(SHAPES, [-10, -3, 3, 10], vector_values=-10)))
+
+        t = threading.Thread(target=attack)
+        t.start()
+        try:
+            attacked_losses = self.final_losses(workers)
+        finally:
+            stop.set()
+            t.join()
+        # Floods once the honest workers are done (their data order is unaffected).
+        joins = [code_of(Peer(addr).join, name=f"sybil{i}", token=VOLUNTEER) for i in range(40)]
+        m = metrics(port)
+        self.assertIsNone(server.p.poll(), "server died")
+        adv.leave()
+        self.assertEqual(server.wait(timeout=90), 0, server.text())
+
+        print(f"clean {clean}, attacked {attacked_losses}, rounds attacked {len(attacked)}, codes {codes}")
+        for a, c in zip(attacked_losses, clean):
+            self.assertLess(abs(a - c) / c, 0.05, (attacked_losses, clean))
+        self.assertGreaterEqual(len(attacked), 10)
+        G = grpc.StatusCode
+        want = {"FLT_MAX values": {G.INVALID_ARGUMENT}, "1e38 tables": {G.INVALID_ARGUMENT}, "NaN": {G.INVALID_ARGUMENT},
+                "push as another id": {G.PERMISSION_DENIED}, "leave as another id": {G.PERMISSION_DENIED},
+                "heartbeat as another id": {G.PERMISSION_DENIED}, "no session": {G.UNAUTHENTICATED}}
+        for what, code in want.items():
+            self.assertEqual(codes[what], code, what)
+        self.assertIn(G.OK, codes["x1000"])  # accepted, then clipped
+        self.assertIn(G.RESOURCE_EXHAUSTED, joins)  # 20 joins per minute per token
+        # Every attack in the metrics.
+        self.assertGreaterEqual(metric(m, "muloco_screened_updates_total", worker="mallory@volunteer", action="clip"), 5)
+        self.assertEqual(metric(m, "muloco_screened_updates_total", worker="honest0@site-a", action="clip"), 0)
+        self.assertGreaterEqual(metric(m, "muloco_rejected_pushes_total", reason="bad_payload"), 3 * len(attacked))
+        self.assertGreaterEqual(metric(m, "muloco_refused_calls_total", reason="bad_session"), 6 * len(attacked))
+        self.assertGreaterEqual(metric(m, "muloco_refused_calls_total", reason="join_limit"), 1)
+        self.assertEqual(metric(m, "muloco_downlink_resets_total"), 0)
+        for i in range(2):  # the honest workers were never kicked out
+            self.assertNotRegex(server.text(), rf"evicting worker \d+ \(honest{i}")
+
+    def test_floods_leave_memory_and_threads_bounded(self):
+        server, addr, port, workers = self.start("--transport_memory_mb=64", "--rounds=12", "--inner_steps=100",
+                                                 "--max_await_s=2",
+                                                 "--idle_timeout_s=3")
+        pid = server.p.pid
+        self.wait_for(server, r"round 1 closed", 120)
+        rss0, threads0 = status_kib(pid, "VmRSS"), status_kib(pid, "Threads")
+        adv = Peer(addr)
+        adv.join(name="flood", token=VOLUNTEER)
+        peak = {"rss": rss0, "threads": threads0}
+        done = threading.Event()
+
+        def watch():
+            while not done.is_set():
+                peak["rss"] = max(peak["rss"], status_kib(pid, "VmRSS"))
+                peak["threads"] = max(peak["threads"], status_kib(pid, "Threads"))
+                time.sleep(0.05)
+        w = threading.Thread(target=watch)
+        w.start()
+        try:
+            G = grpc.StatusCode
+            # Never-read model fetches: at most 4 in flight per worker, the rest refused at once.
+            streams = [adv._fetch(pb.FetchModelRequest(worker_id=adv.id), metadata=adv.md(), timeout=30)
+                       for _ in range(200)]
+            refused = 0
+            for s in streams:
+                try:
+                    next(s)
+                except grpc.RpcError as e:
+                    self.assertEqual(e.code(), G.RESOURCE_EXHAUSTED)
+                    refused += 1
+            self.assertGreater(refused, 0)
+            # Four waits for the open round hold their slots; a fifth is refused.
+            r = adv.heartbeat().round
+            waits = [adv._await(pb.AwaitRoundRequest(worker_id=adv.id, round=r), metadata=adv.md(), timeout=30)
+                     for _ in range(4)]
+            time.sleep(0.2)  # let them reach the server
+            self.assertEqual(code_of(adv.await_round, r), G.RESOURCE_EXHAUSTED)
+            for s in waits:
+                s.cancel()
+            # Strangers' streams without a session end at once; 300 joins hit the rate limit.
+            anon = [code_of(adv.await_round, 0, worker=adv.id, key="") for _ in range(200)]
+            self.assertEqual(set(anon), {G.UNAUTHENTICATED})
+            joins = [code_of(Peer(addr).join, name="j", token=VOLUNTEER, timeout=5) for _ in range(300)]
+            self.assertLessEqual(joins.count(G.OK), 20)
+            # One 300 MB message: cut off by the transport's memory quota (RESOURCE_EXHAUSTED) or,
+            # when no chunk reaches the handler for --idle_timeout_s, by the watchdog (CANCELLED).
+            big = b"\0" * (300 << 20)
+            self.assertIn(code_of(adv.push, 1, big, chunk=len(big), timeout=60), {G.RESOURCE_EXHAUSTED, G.CANCELLED})
+            del big
+            for wk in workers:
+                self.assertEqual(wk.wait(timeout=300), 0, wk.text())
+        finally:
+            done.set()
+            w.join()
+        rss1, threads1 = status_kib(pid, "VmRSS"), status_kib(pid, "Threads")
+        print(f"server RSS {rss0} KiB before, peak {peak['rss']}, after {rss1}; threads {threads0} before, "
+              f"peak {peak['threads']}, after {threads1}")
+        self.assertLess(peak["rss"] - rss0, 160 * 1024)
+        self.assertLess(rss1 - rss0, 64 * 1024)
+        self.assertLess(peak["threads"], threads0 + 40)
+        adv.leave()
+        self.assertEqual(server.wait(timeout=90), 0, server.text())
+
+
+if __name__ == "__main__":
+    unittest.main()
