@@ -30,7 +30,7 @@ std::string SafeName(const std::string& name) {
   std::string out = name.substr(0, 64);
   for (char& c : out) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    std::strchr("._:@+-", c) != nullptr;
+                    std::strchr("._:+-", c) != nullptr;
     if (!ok || c == '\0') c = '_';
   }
   return out.empty() ? "unnamed" : out;

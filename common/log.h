@@ -10,7 +10,7 @@ namespace muloco {
 void Logf(const char* tag, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
 // A peer-supplied name made safe for logs and metric labels: at most 64 characters from
-// [A-Za-z0-9._:@+-], anything else replaced by '_'; empty becomes "unnamed".
+// [A-Za-z0-9._:+-], anything else replaced by '_'; empty becomes "unnamed".
 std::string SafeName(const std::string& name);
 
 }  // namespace muloco

@@ -85,6 +85,9 @@ int main(int argc, char** argv) {
   ParseCommandLine(argc, argv,
                    "muloco-server: DiLoCo/MuLoCo aggregation server.\n"
                    "  muloco-server --listen=0.0.0.0:7070 --rounds=10 --inner_steps=20");
+  signal(SIGINT, OnSignal);  // before anything can be told we serve
+  signal(SIGTERM, OnSignal);
+  signal(SIGHUP, OnHangup);
   const std::string ckpt_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   std::optional<ServerState> resumed;
   if (!ckpt_dir.empty()) {
@@ -234,9 +237,6 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_metrics_listen), "server",
       [&] { return ServerMetrics(engine.Stats(), service.Wire(), (*auth)->Stats(), dense_bytes); }, &metrics_failed);
   if (metrics_failed) return 1;
-  signal(SIGINT, OnSignal);
-  signal(SIGTERM, OnSignal);
-  signal(SIGHUP, OnHangup);
 
   double done_since = -1;
   double last_reload = clock.Now();

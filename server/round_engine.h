@@ -127,6 +127,7 @@ class RoundEngine {
     uint64_t checksum;
     uint64_t join_index;  // 0 for the first join since start: a stable, non-random data seed offset
   };
+  // REQUIRES: `name` is safe to log and to use as a metric label (SafeName, common/log.h).
   Joined Join(const std::string& name);
   // NOT_FOUND for unknown or evicted workers (they must join again).
   absl::Status Heartbeat(uint64_t worker_id);

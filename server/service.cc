@@ -37,14 +37,15 @@ WireStats MulocoService::Wire() const {
                    model_bytes_sent_.load(), watchdog_.cancelled(),     oversized_pushes_.load()};
 }
 
-absl::StatusOr<uint64_t> MulocoService::Authenticate(const grpc::ServerContext* ctx, uint64_t claimed) {
+absl::StatusOr<uint64_t> MulocoService::Authenticate(const grpc::ServerContext* ctx,
+                                                     std::optional<uint64_t> claimed) {
   uint64_t id = 0;
   const std::string id_text = Metadata(ctx, "muloco-worker");
   if (id_text.empty() || !absl::SimpleAtoi(id_text, &id)) {
     return absl::UnauthenticatedError("call without a worker id (metadata muloco-worker); join first");
   }
-  if (claimed != 0 && claimed != id) {
-    return absl::PermissionDeniedError(absl::StrCat("message names worker ", claimed, ", session is worker ", id));
+  if (claimed && *claimed != id) {
+    return absl::PermissionDeniedError(absl::StrCat("message names worker ", *claimed, ", session is worker ", id));
   }
   bool revoked = false;
   absl::Status s = auth_->Check(id, Metadata(ctx, "muloco-session"), &revoked);
@@ -57,10 +58,12 @@ absl::StatusOr<uint64_t> MulocoService::Authenticate(const grpc::ServerContext* 
   return id;
 }
 
-absl::StatusOr<Auth::Stream> MulocoService::AuthenticateStream(const grpc::ServerContext* ctx, uint64_t claimed) {
-  absl::StatusOr<uint64_t> id = Authenticate(ctx, claimed);
-  if (!id.ok()) return id.status();
-  return auth_->BeginStream(*id);
+absl::StatusOr<Auth::Stream> MulocoService::AuthenticateStream(const grpc::ServerContext* ctx,
+                                                                std::optional<uint64_t> claimed, uint64_t* id) {
+  absl::StatusOr<uint64_t> who = Authenticate(ctx, claimed);
+  if (!who.ok()) return who.status();
+  *id = *who;
+  return auth_->BeginStream(*who);
 }
 
 grpc::Status MulocoService::Join(grpc::ServerContext*, const v1::JoinRequest* req, v1::JoinResponse* resp) {
@@ -72,7 +75,7 @@ grpc::Status MulocoService::Join(grpc::ServerContext*, const v1::JoinRequest* re
   if (req->token().size() > 1024) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "token longer than 1024 bytes");
   absl::StatusOr<std::string> label = auth_->Admit(req->token());
   if (!label.ok()) return ToGrpcStatus(label.status());
-  RoundEngine::Joined j = engine_->Join(absl::StrCat(SafeName(req->name()), "@", *label));
+  RoundEngine::Joined j = engine_->Join(absl::StrCat(SafeName(req->name()), "@", *label));  // labels are safe too
   resp->set_session_key(auth_->Open(j.worker_id, req->token()));
   resp->set_worker_id(j.worker_id);
   resp->set_round(j.round);
@@ -85,9 +88,10 @@ grpc::Status MulocoService::Join(grpc::ServerContext*, const v1::JoinRequest* re
 
 grpc::Status MulocoService::FetchModel(grpc::ServerContext* ctx, const v1::FetchModelRequest* req,
                                        grpc::ServerWriter<v1::ModelChunk>* writer) {
-  absl::StatusOr<Auth::Stream> slot = AuthenticateStream(ctx, req->worker_id());
+  uint64_t id = 0;
+  absl::StatusOr<Auth::Stream> slot = AuthenticateStream(ctx, req->worker_id(), &id);
   if (!slot.ok()) return ToGrpcStatus(slot.status());
-  if (absl::Status s = engine_->Heartbeat(req->worker_id()); !s.ok()) return ToGrpcStatus(s);
+  if (absl::Status s = engine_->Heartbeat(id); !s.ok()) return ToGrpcStatus(s);
   ModelSnapshot snap = engine_->Snapshot();
   const size_t n = snap.params->size();
   if (req->offset() > n) {
@@ -124,9 +128,9 @@ grpc::Status MulocoService::PushUpdate(grpc::ServerContext* ctx, grpc::ServerRea
   };
   constexpr auto kInvalid = grpc::StatusCode::INVALID_ARGUMENT;
   // Credentials come in metadata, so nothing is read from a stranger's stream.
-  absl::StatusOr<Auth::Stream> slot = AuthenticateStream(ctx, 0);
+  uint64_t me = 0;
+  absl::StatusOr<Auth::Stream> slot = AuthenticateStream(ctx, std::nullopt, &me);
   if (!slot.ok()) return ToGrpcStatus(slot.status());
-  const uint64_t me = std::stoull(Metadata(ctx, "muloco-worker"));
   if (absl::Status s = auth_->CountPush(me, engine_->OpenRound()); !s.ok()) return ToGrpcStatus(s);
   const std::unique_ptr<Watchdog::Watch> watch = watchdog_.Start(ctx);
   v1::UpdateChunk chunk;
@@ -160,7 +164,8 @@ grpc::Status MulocoService::PushUpdate(grpc::ServerContext* ctx, grpc::ServerRea
 
 grpc::Status MulocoService::AwaitRound(grpc::ServerContext* ctx, const v1::AwaitRoundRequest* req,
                                        grpc::ServerWriter<v1::RoundChunk>* writer) {
-  absl::StatusOr<Auth::Stream> slot = AuthenticateStream(ctx, req->worker_id());
+  uint64_t id = 0;
+  absl::StatusOr<Auth::Stream> slot = AuthenticateStream(ctx, req->worker_id(), &id);
   if (!slot.ok()) return ToGrpcStatus(slot.status());
   absl::StatusOr<RoundUpdate> update;
   // The engine wakes us when the round closes; the 1 s slices only notice a cancelled call
@@ -170,7 +175,7 @@ grpc::Status MulocoService::AwaitRound(grpc::ServerContext* ctx, const v1::Await
     // Waiting counts as liveness; an unknown worker (evicted, or this server restarted from a
     // checkpoint and lost its push) hears NOT_FOUND now instead of waiting for a round that
     // may never close.
-    if (absl::Status s = engine_->Heartbeat(req->worker_id()); !s.ok()) return ToGrpcStatus(s);
+    if (absl::Status s = engine_->Heartbeat(id); !s.ok()) return ToGrpcStatus(s);
     update = engine_->AwaitRound(req->round(), std::min(1.0, options_.max_await_s - waited));
     if (update.status().code() != absl::StatusCode::kDeadlineExceeded) break;
     if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
@@ -204,16 +209,18 @@ grpc::Status MulocoService::AwaitRound(grpc::ServerContext* ctx, const v1::Await
 
 grpc::Status MulocoService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                       v1::HeartbeatReply* reply) {
-  if (absl::StatusOr<uint64_t> id = Authenticate(ctx, req->worker_id()); !id.ok()) return ToGrpcStatus(id.status());
-  if (absl::Status s = engine_->Heartbeat(req->worker_id()); !s.ok()) return ToGrpcStatus(s);
+  absl::StatusOr<uint64_t> id = Authenticate(ctx, req->worker_id());
+  if (!id.ok()) return ToGrpcStatus(id.status());
+  if (absl::Status s = engine_->Heartbeat(*id); !s.ok()) return ToGrpcStatus(s);
   reply->set_round(engine_->OpenRound());
   return grpc::Status::OK;
 }
 
 grpc::Status MulocoService::Leave(grpc::ServerContext* ctx, const v1::LeaveRequest* req, v1::LeaveReply*) {
-  if (absl::StatusOr<uint64_t> id = Authenticate(ctx, req->worker_id()); !id.ok()) return ToGrpcStatus(id.status());
-  auth_->Close(req->worker_id());
-  return ToGrpcStatus(engine_->Leave(req->worker_id()));
+  absl::StatusOr<uint64_t> id = Authenticate(ctx, req->worker_id());
+  if (!id.ok()) return ToGrpcStatus(id.status());
+  auth_->Close(*id);
+  return ToGrpcStatus(engine_->Leave(*id));
 }
 
 }  // namespace muloco

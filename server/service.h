@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <optional>
 
 #include "muloco/v1/muloco.grpc.pb.h"
 #include "server/auth.h"
@@ -52,10 +53,12 @@ class MulocoService final : public v1::Muloco::Service {
 
  private:
   // The worker this call speaks for, from its metadata, after checking its session key.
-  // `claimed` (a message's worker_id, or 0 for none) must name the same worker.
-  absl::StatusOr<uint64_t> Authenticate(const grpc::ServerContext* ctx, uint64_t claimed);
+  // `claimed` (the message's worker_id; none for PushUpdate, checked per chunk) must name
+  // the same worker.
+  absl::StatusOr<uint64_t> Authenticate(const grpc::ServerContext* ctx, std::optional<uint64_t> claimed);
   // Authenticate + a slot among the worker's calls in flight.
-  absl::StatusOr<Auth::Stream> AuthenticateStream(const grpc::ServerContext* ctx, uint64_t claimed);
+  absl::StatusOr<Auth::Stream> AuthenticateStream(const grpc::ServerContext* ctx, std::optional<uint64_t> claimed,
+                                                  uint64_t* id);
 
   RoundEngine* const engine_;
   Auth* const auth_;

@@ -28,6 +28,7 @@ ABSL_FLAG(std::string, tls_cert, "", "Mutual TLS: this worker's certificate (PEM
 ABSL_FLAG(std::string, tls_key, "", "Mutual TLS: this worker's private key (PEM)");
 ABSL_FLAG(std::string, tls_server_name, "", "Check the server's certificate for this name (default: --server's host)");
 ABSL_FLAG(std::string, token_file, "", "File holding this worker's join token (first line)");
+ABSL_FLAG(uint32_t, fault_nonfinite_rounds, 0, "Fault injection for tests: make the first N updates non-finite");
 ABSL_FLAG(bool, baseline, false, "Train alone, without a server, using the run-config flags");
 
 int main(int argc, char** argv) {
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
                     absl::GetFlag(FLAGS_tls_key)};
   o.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
   o.token_file = absl::GetFlag(FLAGS_token_file);
+  o.fault_nonfinite_rounds = absl::GetFlag(FLAGS_fault_nonfinite_rounds);
   if (!absl::GetFlag(FLAGS_baseline)) return RunWorker(o);
   const v1::RunConfig config = RunConfigFromFlags();
   if (absl::Status s = ValidateRunConfig(config); !s.ok()) {

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -238,6 +239,9 @@ int WorkerSession::Run() {
     return s.code() == absl::StatusCode::kNotFound || s.code() == absl::StatusCode::kFailedPrecondition;
   };
   uint64_t last_eval = ~uint64_t{0};
+  constexpr int kMaxBadRounds = 3;
+  int bad_rounds = 0;  // in a row
+  uint32_t injected_faults = 0;
   for (;;) {
     const uint64_t r = pub_.round;
     if (r >= config_.total_rounds()) break;  // resynced after the run ended: the final model is ours
@@ -251,6 +255,10 @@ int WorkerSession::Run() {
     auto went_bad = [&] {  // never push a non-finite update: start over from the server's model
       Logf(tag_.c_str(), "round %llu: the update is non-finite or out of range; resetting the optimizer and resyncing",
            static_cast<unsigned long long>(r));
+      if (++bad_rounds >= kMaxBadRounds) {
+        return absl::InternalError(absl::StrCat("training gave non-finite or out-of-range updates ", bad_rounds,
+                                                " rounds in a row from the server's model: lower the learning rate"));
+      }
       trainer = std::make_unique<Trainer>(config_, &*corpus, config_.data_seed() + join_index_);
       std::fill(ef.begin(), ef.end(), 0.0f);
       return Resync();
@@ -258,10 +266,15 @@ int WorkerSession::Run() {
     // SignMuon's vote needs only each coordinate's sign: no error feedback.
     train_loss = signmuon ? trainer->SignDirection(pub_.params.data(), delta.data())
                           : trainer->TrainRound(pub_.params.data(), r * config_.inner_steps(), delta.data());
+    if (injected_faults < o_.fault_nonfinite_rounds) {
+      ++injected_faults;
+      delta[0] = std::numeric_limits<float>::quiet_NaN();
+    }
     if (!UsableUpdate(delta)) {
       if (absl::Status s = went_bad(); !s.ok()) return Fail(s);
       continue;
     }
+    bad_rounds = 0;
     if (signmuon) {
       payload = Compress(uplink, nullptr, 1.0f, delta.data());
     } else {  // compress into a copy of ef, so a refused push loses nothing

@@ -23,6 +23,7 @@ struct WorkerOptions {
   ClientTls tls;                           // transport security (TLS unless tls.insecure)
   std::string tls_server_name;             // name the server's certificate must carry (empty: --server's host)
   std::string token_file;                  // file holding the join token (empty: none, for open-join servers)
+  uint32_t fault_nonfinite_rounds = 0;     // fault injection (tests): the first N updates get a NaN
 };
 
 // Returns a process exit code.

@@ -75,6 +75,22 @@ class BadInput(ClusterTest):
                       server.text())
         self.assertEqual(tuple(map(int, m.groups())), (0, 2, 1, 9), server.text())
 
+    def test_worker_never_pushes_a_non_finite_update(self):
+        # Two bad rounds (injected NaNs): the worker resets its optimizer, resyncs and goes on
+        # to finish the run; nothing non-finite ever reaches the server.
+        server, addr = self.start_server(*TINY, "--rounds=4", "--inner_steps=2", "--linger_s=5")
+        worker = self.start_worker(addr, "--name=flaky", "--fault_nonfinite_rounds=2", name="flaky")
+        self.assertEqual(worker.wait(timeout=120), 0, worker.text())
+        self.assertEqual(len(re.findall(r"non-finite or out of range; resetting", worker.text())), 2, worker.text())
+        self.assertEqual(server.wait(timeout=60), 0, server.text())
+        self.assertIn("0 bad payload", server.text())
+        self.assertEqual(len(re.findall(r"round \d+ closed", server.text())), 4)
+        # Always bad: it gives up after three rounds in a row, with a clear message.
+        server, addr = self.start_server(*TINY, "--rounds=4", "--inner_steps=2", "--linger_s=1", name="server2")
+        worker = self.start_worker(addr, "--name=broken", "--fault_nonfinite_rounds=100", name="broken")
+        self.assertEqual(worker.wait(timeout=120), 1, worker.text())
+        self.assertIn("lower the learning rate", worker.text())
+        self.assertNotRegex(server.text(), r"round \d+ closed")
 
 if __name__ == "__main__":
     unittest.main()
