@@ -19,9 +19,14 @@ class Cli(unittest.TestCase):
     def test_help_lists_every_flag_with_default(self):
         server = {"listen", "port_file", "min_quorum", "round_timeout_s", "heartbeat_timeout_s", "outer_lr",
                   "outer_momentum", "nesterov", "chunk_bytes", "linger_s", "save_final", "checkpoint_dir",
-                  "checkpoint_every", "keep_checkpoints", *RUN_CONFIG_FLAGS}
+                  "checkpoint_every", "keep_checkpoints", "insecure", "tls_cert", "tls_key", "tls_client_ca",
+                  "join_tokens", "open_join", "robust", "max_workers", "max_workers_per_token",
+                  "max_joins_per_minute", "max_joins_per_token_per_minute", "max_streams_per_worker",
+                  "max_push_attempts_per_round", "max_push_chunks", "idle_timeout_s", "max_await_s",
+                  "transport_memory_mb", "max_threads", *RUN_CONFIG_FLAGS}
         worker = {"server", "name", "data", "val_data", "heartbeat_s", "connect_timeout_s", "save_final",
-                  "threads", "baseline", "retry_timeout_s", "leave_after", *RUN_CONFIG_FLAGS}
+                  "threads", "baseline", "retry_timeout_s", "leave_after", "insecure", "tls_ca", "tls_cert", "tls_key",
+                  "tls_server_name", "token_file", *RUN_CONFIG_FLAGS}
         for binary, flags in ((SERVER_BIN, server), (WORKER_BIN, worker)):
             out = run(binary, "--help")
             text = out.stdout + out.stderr

@@ -18,12 +18,14 @@ Python client (peer.py):
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import time
 import unittest
 
 import grpc
+import yaml
 
 import muloco.v1.muloco_pb2 as pb
 from harness import SERVER_BIN, TINY, WORKER_BIN, ClusterTest
@@ -434,6 +436,56 @@ class Names(ClusterTest):
                 logged = self.joined_as(server, peer.id)
                 self.assertTrue(logged.endswith("@bob"), f"logged as {logged!r}: bob's label is gone")
                 self.assertTrue(logged.startswith(name[:50]), f"logged as {logged!r}")
+
+
+class Deploy(ClusterTest):
+    """What docker-compose.yml runs, without Docker: deploy/make-secrets.sh's files and the
+    compose file's own flags, read from the file, start a mutual-TLS run with tokens."""
+    ROOT = os.path.join(os.path.dirname(__file__), "../..")
+
+    def test_make_secrets_and_compose_flags_run(self):
+        secrets_dir = self.path("secrets")
+        r = subprocess.run([os.path.join(self.ROOT, "deploy/make-secrets.sh"), secrets_dir, "2"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(self.ROOT, "docker-compose.yml")) as f:
+            services = yaml.safe_load(f)["services"]
+
+        def secure_flags(service):  # its TLS and token flags, /run/secrets/ mapped to the made files
+            out = [f.replace("/run/secrets/", secrets_dir + "/") for f in services[service]["command"]
+                   if re.match(r"--(tls_\w+|join_tokens|token_file)=", f)]
+            for f in out:
+                self.assertTrue(os.path.exists(f.split("=", 1)[1]), f)
+            return out
+        server_flags = secure_flags("server")
+        self.assertEqual(sorted(f.split("=")[0] for f in server_flags),
+                         ["--join_tokens", "--tls_cert", "--tls_client_ca", "--tls_key"])
+        creds = grpc.ssl_channel_credentials(read(f"{secrets_dir}/ca.crt"), read(f"{secrets_dir}/worker-1.key"),
+                                             read(f"{secrets_dir}/worker-1.crt"))
+        server, addr = self.start_server(*TINY, "--rounds=2", "--inner_steps=3", "--min_quorum=2",
+                                         f"--save_final={self.path('server.bin')}", transport=server_flags,
+                                         credentials=creds, options=(("grpc.ssl_target_name_override", "server"),))
+        workers = []
+        for i in (1, 2):
+            wflags = secure_flags(f"worker-{i}")
+            self.assertEqual(len(wflags), 4, wflags)
+            workers.append(self.start_worker(addr, f"--name=worker-{i}", "--tls_server_name=server",
+                                             f"--save_final={self.path(f'w{i}.bin')}", name=f"w{i}",
+                                             transport=wflags))
+        for w in workers:
+            self.assertEqual(w.wait(timeout=300), 0, w.text())
+        self.assertEqual(server.wait(timeout=60), 0, server.text())
+        for i in (1, 2):
+            self.assertEqual(self.read_bytes(f"w{i}.bin"), self.read_bytes("server.bin"))
+        self.assertRegex(server.text(), r"\(worker-1@worker-1\) joined")
+
+    def test_compose_file_is_valid(self):
+        compose = shutil.which("docker-compose")
+        if compose is None:
+            self.skipTest("docker-compose is not installed (scripts/install-deps.sh installs it)")
+        r = subprocess.run([compose, "-f", os.path.join(self.ROOT, "docker-compose.yml"), "config", "-q"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
 
 if __name__ == "__main__":
