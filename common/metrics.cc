@@ -2,6 +2,8 @@
 // into metric families, served by prometheus-cpp's Exposer.
 #include "common/metrics.h"
 
+#include <limits>
+
 #include <prometheus/collectable.h>
 #include <prometheus/exposer.h>
 #include <prometheus/metric_family.h>
@@ -26,12 +28,20 @@ class SnapshotCollectable : public prometheus::Collectable {
     for (const MetricSample& s : snapshot_()) {
       auto [it, fresh] = index.emplace(s.name, families.size());
       if (fresh) {
-        families.push_back(prometheus::MetricFamily{
-            s.name, s.help, s.counter ? prometheus::MetricType::Counter : prometheus::MetricType::Gauge, {}});
+        const prometheus::MetricType type = s.histogram ? prometheus::MetricType::Histogram
+                                            : s.counter  ? prometheus::MetricType::Counter
+                                                         : prometheus::MetricType::Gauge;
+        families.push_back(prometheus::MetricFamily{s.name, s.help, type, {}});
       }
       prometheus::ClientMetric m;
       for (const auto& [k, v] : s.labels) m.label.push_back(prometheus::ClientMetric::Label{k, v});
-      if (s.counter) {
+      if (s.histogram) {
+        const HistogramData& h = *s.histogram;
+        m.histogram.sample_count = h.count;
+        m.histogram.sample_sum = h.sum;
+        for (size_t i = 0; i < h.bounds.size(); ++i) m.histogram.bucket.push_back({h.cumulative[i], h.bounds[i]});
+        m.histogram.bucket.push_back({h.count, std::numeric_limits<double>::infinity()});
+      } else if (s.counter) {
         m.counter.value = s.value;
       } else {
         m.gauge.value = s.value;
@@ -46,6 +56,12 @@ class SnapshotCollectable : public prometheus::Collectable {
 };
 
 }  // namespace
+
+MetricSample HistogramSample(std::string name, std::string help, HistogramData data) {
+  MetricSample s{std::move(name), std::move(help), false, 0.0};
+  s.histogram = std::move(data);
+  return s;
+}
 
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const std::string& address,
                                                                          Snapshot snapshot) {

@@ -5,11 +5,13 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/histogram.h"
 
 namespace prometheus {
 class Collectable;
@@ -21,10 +23,14 @@ namespace muloco {
 struct MetricSample {
   std::string name;  // e.g. muloco_rounds_closed_total; samples sharing a name form one family
   std::string help;
-  bool counter;      // counter (only grows) or gauge
+  bool counter;      // counter (only grows) or gauge; ignored for a histogram
   double value;
   std::vector<std::pair<std::string, std::string>> labels = {};
+  std::optional<HistogramData> histogram = std::nullopt;  // set: a histogram, `value` unused
 };
+
+// A histogram sample (HistogramData from common/histogram.h).
+MetricSample HistogramSample(std::string name, std::string help, HistogramData data);
 
 class MetricsEndpoint {
  public:

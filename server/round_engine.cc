@@ -41,6 +41,7 @@ RoundEngine::RoundEngine(EngineOptions options, EngineState state, const Clock* 
       votes_(options_.aggregation == Aggregation::kVote ? num_params_ : 0, 0) {
   if (state.momentum.size() == outer_.momentum_buffer().size()) outer_.set_momentum_buffer(std::move(state.momentum));
   pub_checksum_ = ParamChecksum(theta_pub_->data(), num_params_);
+  round_open_time_ = clock_->Now();
   done_ = options_.total_rounds != 0 && open_round_ >= options_.total_rounds;
   // Ids differ across server restarts, so a worker holding an id from before a crash is
   // unknown here (and rejoins) instead of speaking for whoever got that number.
@@ -63,6 +64,16 @@ absl::Status RoundEngine::Heartbeat(uint64_t worker_id) {
   auto it = members_.find(worker_id);
   if (it == members_.end()) return absl::NotFoundError(absl::StrCat("unknown worker ", worker_id, "; join again"));
   it->second.last_seen = clock_->Now();
+  return absl::OkStatus();
+}
+
+absl::Status RoundEngine::Report(uint64_t worker_id, const WorkerStats& stats) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = members_.find(worker_id);
+  if (it == members_.end()) return absl::NotFoundError(absl::StrCat("unknown worker ", worker_id, "; join again"));
+  it->second.last_seen = clock_->Now();
+  it->second.stats = stats;
+  it->second.reported = true;
   return absl::OkStatus();
 }
 
@@ -136,6 +147,7 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
     pending_.push_back(Pending{worker_id, member->second.name, std::string(payload), std::sqrt(sq)});
   }
   member->second.proven = true;
+  member->second.next_round = round + 1;
   pushed_.insert(worker_id);
   if (first_push_time_ < 0) first_push_time_ = clock_->Now();
   ++stats_.pushes_accepted;
@@ -244,6 +256,13 @@ void RoundEngine::CloseRoundLocked() {
 
   ++stats_.rounds_closed;
   stats_.bytes_down += update.payload->size();
+  size_t missing = 0;
+  for (uint64_t id : expected_) missing += !pushed_.count(id);
+  stats_.stragglers += missing;
+  stats_.last_contributors = update.contributors;
+  stats_.last_expected = static_cast<uint32_t>(expected_.size());
+  round_durations_.Observe(clock_->Now() - round_open_time_);
+  round_open_time_ = clock_->Now();
   done_ = update.done;
   open_round_ = update.next_round;
   if (options_.checkpoint && options_.checkpoint_every &&
@@ -344,6 +363,12 @@ EngineStats RoundEngine::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   EngineStats s = stats_;
   s.live_workers = members_.size();
+  s.round_durations = round_durations_.Snapshot();
+  for (const auto& [id, m] : members_)
+    if (m.reported) {
+      s.workers.push_back(EngineStats::Worker{id, m.name, m.stats});
+      s.workers.back().stats.round = std::max(m.stats.round, m.next_round);  // pushes are fresher than reports
+    }
   s.open_round = open_round_;
   s.done = done_;
   return s;

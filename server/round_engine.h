@@ -34,6 +34,8 @@
 #include "absl/strings/string_view.h"
 #include "common/clock.h"
 #include "common/codec.h"
+#include "common/histogram.h"
+#include "common/worker_stats.h"
 #include "server/outer_optimizer.h"
 #include "server/screen.h"
 
@@ -106,6 +108,17 @@ struct EngineStats {
   uint64_t rejected_unknown_worker = 0, rejected_wrong_round = 0, rejected_duplicate = 0,
            rejected_bad_payload = 0;
   uint64_t downlink_resets = 0;  // rounds whose step was discarded because the downlink failed its check
+  uint64_t stragglers = 0;       // expected workers missing when a round closed, summed over rounds
+  uint32_t last_contributors = 0, last_expected = 0;  // of the last closed round
+  HistogramData round_durations;  // seconds from a round's opening to its close
+  // Live workers' latest reports (Report); the server's open round minus a worker's round
+  // is its staleness.
+  struct Worker {
+    uint64_t id;
+    std::string name;
+    WorkerStats stats;
+  };
+  std::vector<Worker> workers;
   std::map<std::string, ScreenCounts> screened;  // by worker name; at most kMaxScreenLabels names, then "other"
   size_t live_workers = 0;
   uint64_t open_round = 0;
@@ -132,6 +145,8 @@ class RoundEngine {
   // NOT_FOUND for unknown or evicted workers (they must join again).
   absl::Status Heartbeat(uint64_t worker_id);
   absl::Status Leave(uint64_t worker_id);
+  // Heartbeat that also records the worker's own counters (exported with its name).
+  absl::Status Report(uint64_t worker_id, const WorkerStats& stats);
 
   // Validates and accumulates one worker's payload for `round`. NOT_FOUND (unknown worker),
   // FAILED_PRECONDITION (not the open round, or the run is over: resync), ALREADY_EXISTS
@@ -165,6 +180,9 @@ class RoundEngine {
     std::string name;
     double last_seen;
     bool proven = false;  // see the round rules at the top
+    bool reported = false;
+    WorkerStats stats;    // the last Report
+    uint64_t next_round = 0;  // the round after its last accepted push
   };
   // A validated push waiting for the round to close (kMean): its payload and Δ's L2 norm.
   struct Pending {
@@ -208,6 +226,8 @@ class RoundEngine {
   NormScreen screen_;                                  // guarded by mu_
   std::vector<int32_t> votes_;                         // guarded by mu_ (kVote only)
   double first_push_time_ = -1;                        // guarded by mu_
+  double round_open_time_;                             // guarded by mu_
+  Histogram round_durations_{DurationBuckets()};
   uint64_t round_bytes_up_ = 0;                        // guarded by mu_
   std::deque<RoundUpdate> history_;                    // guarded by mu_
   EngineStats stats_;                                  // guarded by mu_

@@ -1,6 +1,12 @@
 // ServerMetrics (see server_metrics.h).
 #include "server/server_metrics.h"
 
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/version.h"
+
 namespace muloco {
 
 std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w, const AuthStats& a,
@@ -53,6 +59,23 @@ std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w
       {"muloco_downlink_resets_total", "Rounds whose outer step was discarded because the downlink failed its check",
        true, d(e.downlink_resets)},
   };
+  out.push_back({"muloco_stragglers_total", "Expected workers missing when a round closed", true, d(e.stragglers)});
+  out.push_back({"muloco_round_contributors", "Updates summed in the last closed round", false, d(e.last_contributors)});
+  out.push_back({"muloco_round_expected", "Workers the last closed round waited for", false, d(e.last_expected)});
+  out.push_back(HistogramSample("muloco_round_duration_seconds", "Seconds from a round's opening to its close",
+                                e.round_durations));
+  out.push_back(HistogramSample("muloco_push_duration_seconds", "Seconds a PushUpdate call took (read + aggregate)",
+                                w.push_durations));
+  out.push_back(HistogramSample("muloco_fetch_duration_seconds", "Seconds a FetchModel call took", w.fetch_durations));
+  out.push_back({"muloco_build_info", "1, labelled with this build's version", false, 1.0, {{"version", MulocoVersion()}}});
+  std::set<std::string> seen;  // two live workers may share a name: the second gets its id too
+  for (const EngineStats::Worker& wk : e.workers) {
+    const std::string label = seen.insert(wk.name).second ? wk.name : absl::StrCat(wk.name, "#", wk.id);
+    for (MetricSample& m : WorkerMetrics(wk.stats, label)) out.push_back(std::move(m));
+    out.push_back({"muloco_worker_staleness_rounds", "Rounds the worker's model is behind the server's open round",
+                   false, e.open_round > wk.stats.round ? d(e.open_round - wk.stats.round) : 0.0,
+                   {{"worker", label}}});
+  }
   for (const auto& [name, c] : e.screened) {
     for (const auto& [action, v] : {std::pair{"clip", c.clipped}, std::pair{"reject", c.rejected}}) {
       out.push_back({"muloco_screened_updates_total", "Pushed updates clipped or left out by robust screening", true,

@@ -20,6 +20,18 @@ std::string Metadata(const grpc::ServerContext* ctx, const char* key) {
   return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
 }
 
+// Observes the seconds from its construction to its destruction.
+class Timer {
+ public:
+  Timer(Histogram* h, const Clock* clock) : h_(h), clock_(clock), start_(clock->Now()) {}
+  ~Timer() { h_->Observe(clock_->Now() - start_); }
+
+ private:
+  Histogram* const h_;
+  const Clock* const clock_;
+  const double start_;
+};
+
 }  // namespace
 
 MulocoService::MulocoService(RoundEngine* engine, Auth* auth, v1::RunConfig config, ServiceOptions options,
@@ -30,11 +42,13 @@ MulocoService::MulocoService(RoundEngine* engine, Auth* auth, v1::RunConfig conf
       options_(options),
       max_payload_bytes_(options.max_payload_bytes ? options.max_payload_bytes
                                                    : PayloadBytes(DenseSegments(engine->num_params()))),
+      clock_(clock),
       watchdog_(options.idle_timeout_s, clock) {}
 
 WireStats MulocoService::Wire() const {
   return WireStats{updates_sent_.load(),     update_bytes_sent_.load(), model_fetches_.load(),
-                   model_bytes_sent_.load(), watchdog_.cancelled(),     oversized_pushes_.load()};
+                   model_bytes_sent_.load(), watchdog_.cancelled(),     oversized_pushes_.load(),
+                   push_durations_.Snapshot(), fetch_durations_.Snapshot()};
 }
 
 absl::StatusOr<uint64_t> MulocoService::Authenticate(const grpc::ServerContext* ctx,
@@ -98,6 +112,7 @@ grpc::Status MulocoService::FetchModel(grpc::ServerContext* ctx, const v1::Fetch
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("offset ", req->offset(), " > ", n));
   }
   const std::unique_ptr<Watchdog::Watch> watch = watchdog_.Start(ctx);
+  const Timer timer(&fetch_durations_, clock_);
   const size_t per_chunk = std::max<size_t>(1, options_.chunk_bytes / sizeof(float));
   size_t offset = req->offset();
   do {
@@ -133,6 +148,7 @@ grpc::Status MulocoService::PushUpdate(grpc::ServerContext* ctx, grpc::ServerRea
   if (!slot.ok()) return ToGrpcStatus(slot.status());
   if (absl::Status s = auth_->CountPush(me, engine_->OpenRound()); !s.ok()) return ToGrpcStatus(s);
   const std::unique_ptr<Watchdog::Watch> watch = watchdog_.Start(ctx);
+  const Timer timer(&push_durations_, clock_);
   v1::UpdateChunk chunk;
   if (!reader->Read(&chunk)) return bad(kInvalid, "empty push stream");
   const uint64_t worker = chunk.worker_id(), round = chunk.round(), total = chunk.total_bytes();
@@ -211,7 +227,8 @@ grpc::Status MulocoService::Heartbeat(grpc::ServerContext* ctx, const v1::Heartb
                                       v1::HeartbeatReply* reply) {
   absl::StatusOr<uint64_t> id = Authenticate(ctx, req->worker_id());
   if (!id.ok()) return ToGrpcStatus(id.status());
-  if (absl::Status s = engine_->Heartbeat(*id); !s.ok()) return ToGrpcStatus(s);
+  const absl::Status s = req->has_report() ? engine_->Report(*id, FromReport(req->report())) : engine_->Heartbeat(*id);
+  if (!s.ok()) return ToGrpcStatus(s);
   reply->set_round(engine_->OpenRound());
   return grpc::Status::OK;
 }

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "muloco/v1/muloco.grpc.pb.h"
+#include "common/histogram.h"
 #include "server/auth.h"
 #include "server/round_engine.h"
 #include "server/watchdog.h"
@@ -23,6 +24,7 @@ struct WireStats {
   uint64_t model_fetches = 0, model_bytes_sent = 0;  // completed FetchModel streams; parameter bytes sent
   uint64_t idle_cancelled = 0;                       // streams cancelled for making no progress
   uint64_t oversized_pushes = 0;                     // pushes refused for size or chunk count
+  HistogramData push_durations, fetch_durations;     // seconds per authenticated PushUpdate / FetchModel
 };
 
 struct ServiceOptions {
@@ -65,7 +67,9 @@ class MulocoService final : public v1::Muloco::Service {
   const v1::RunConfig config_;
   const ServiceOptions options_;
   const size_t max_payload_bytes_;
+  const Clock* const clock_;
   Watchdog watchdog_;
+  Histogram push_durations_{DurationBuckets()}, fetch_durations_{DurationBuckets()};
   std::atomic<bool> shutting_down_{false};
   std::atomic<uint64_t> updates_sent_{0}, update_bytes_sent_{0}, model_fetches_{0}, model_bytes_sent_{0},
       oversized_pushes_{0};

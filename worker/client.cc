@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -177,19 +178,22 @@ absl::StatusOr<RoundResult> ServerClient::AwaitOnce(uint64_t worker_id, uint64_t
   return r;
 }
 
-// A short unary call carrying only the worker id (Heartbeat, Leave), with a 10 s deadline.
+// A short unary call carrying the worker id (Heartbeat, Leave), with a 10 s deadline;
+// `fill` adds the rest of the request.
 template <typename Request, typename Reply, typename Call>
-absl::Status ServerClient::ShortCall(Call call, uint64_t worker_id) {
+absl::Status ServerClient::ShortCall(Call call, uint64_t worker_id, const std::function<void(Request*)>& fill) {
   grpc::ClientContext ctx;
   Prepare(ctx, 10);
   Request req;
   req.set_worker_id(worker_id);
+  if (fill) fill(&req);
   Reply reply;
   return FromGrpcStatus((stub_.get()->*call)(&ctx, req, &reply));
 }
 
-absl::Status ServerClient::Heartbeat(uint64_t worker_id) {
-  return ShortCall<v1::HeartbeatRequest, v1::HeartbeatReply>(&v1::Muloco::Stub::Heartbeat, worker_id);
+absl::Status ServerClient::Heartbeat(uint64_t worker_id, const v1::WorkerReport& report) {
+  return ShortCall<v1::HeartbeatRequest, v1::HeartbeatReply>(
+      &v1::Muloco::Stub::Heartbeat, worker_id, [&](v1::HeartbeatRequest* req) { *req->mutable_report() = report; });
 }
 
 absl::Status ServerClient::Leave(uint64_t worker_id) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,7 +51,7 @@ class ServerClient {
   absl::StatusOr<FetchedModel> FetchModel(uint64_t worker_id);
   absl::Status Push(uint64_t worker_id, uint64_t round, const std::string& payload, float train_loss);
   absl::StatusOr<RoundResult> AwaitRound(uint64_t worker_id, uint64_t round);
-  absl::Status Heartbeat(uint64_t worker_id);
+  absl::Status Heartbeat(uint64_t worker_id, const v1::WorkerReport& report);
   absl::Status Leave(uint64_t worker_id);
 
  private:
@@ -59,7 +60,7 @@ class ServerClient {
   absl::StatusOr<RoundResult> AwaitOnce(uint64_t worker_id, uint64_t round);
   absl::Status FetchFrom(uint64_t worker_id, FetchedModel* m, size_t* filled);
   template <typename Request, typename Reply, typename Call>
-  absl::Status ShortCall(Call call, uint64_t worker_id);
+  absl::Status ShortCall(Call call, uint64_t worker_id, const std::function<void(Request*)>& fill = nullptr);
 
   ClientOptions options_;
   mutable std::mutex session_mu_;

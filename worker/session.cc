@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -29,7 +30,8 @@
 #include "worker/client.h"
 #include "worker/data.h"
 #include "worker/trainer.h"
-#include "worker/worker_metrics.h"
+#include "common/version.h"
+#include "common/worker_stats.h"
 
 namespace muloco {
 namespace {
@@ -45,15 +47,17 @@ absl::StatusOr<Corpus> LoadData(const WorkerOptions& o, const v1::RunConfig& c) 
   return LoadCorpus(o.data.empty() ? kDefaultCorpus : o.data, o.val_data, c.model().vocab_size(), c.model().context());
 }
 
-// Sends heartbeats for *id every period_s until destroyed (the id changes on a rejoin).
+// Sends heartbeats for *id every period_s until destroyed (the id changes on a rejoin),
+// each with the worker's counters from `report`.
 class HeartbeatThread {
  public:
-  HeartbeatThread(ServerClient* client, const std::atomic<uint64_t>* id, double period_s)
+  HeartbeatThread(ServerClient* client, const std::atomic<uint64_t>* id, double period_s,
+                  std::function<v1::WorkerReport()> report)
       : thread_([=] {
           std::unique_lock<std::mutex> lock(mu_);
           while (!cv_.wait_for(lock, std::chrono::duration<double>(period_s), [&] { return stop_; })) {
             lock.unlock();
-            client->Heartbeat(id->load()).IgnoreError();  // a failure shows up on the next real call
+            client->Heartbeat(id->load(), report()).IgnoreError();  // a failure shows up on the next real call
             lock.lock();
           }
         }) {}
@@ -203,7 +207,10 @@ int WorkerSession::Run() {
       o_.metrics_listen, "worker",
       [this] {
         std::lock_guard<std::mutex> lock(stats_mu_);
-        return WorkerMetrics(stats_);
+        std::vector<MetricSample> m = WorkerMetrics(stats_);
+        m.push_back({"muloco_build_info", "1, labelled with this build's version", false, 1.0,
+                     {{"version", MulocoVersion()}}});
+        return m;
       },
       &metrics_failed);
   if (metrics_failed) return 2;
@@ -219,7 +226,10 @@ int WorkerSession::Run() {
   const size_t n = TotalParams(layout);
   const std::vector<Segment> uplink = PlanSegments(CodecShapes(layout), *ParseCodec(config_.uplink_codec()));
   const bool signmuon = config_.mode() == "signmuon";
-  auto heartbeat = std::make_unique<HeartbeatThread>(&client_, &id_, o_.heartbeat_s);
+  auto heartbeat = std::make_unique<HeartbeatThread>(&client_, &id_, o_.heartbeat_s, [this] {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    return ToReport(stats_);
+  });
   if (absl::Status s = Resync(); !s.ok()) return Fail(s);
 
   const double dense = static_cast<double>(PayloadBytes(DenseSegments(n)));
@@ -264,8 +274,10 @@ int WorkerSession::Run() {
       return Resync();
     };
     // SignMuon's vote needs only each coordinate's sign: no error feedback.
+    const auto train_start = std::chrono::steady_clock::now();
     train_loss = signmuon ? trainer->SignDirection(pub_.params.data(), delta.data())
                           : trainer->TrainRound(pub_.params.data(), r * config_.inner_steps(), delta.data());
+    const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
     if (injected_faults < o_.fault_nonfinite_rounds) {
       ++injected_faults;
       delta[0] = std::numeric_limits<float>::quiet_NaN();
@@ -292,7 +304,12 @@ int WorkerSession::Run() {
       continue;
     }
     if (!pushed.ok()) return Fail(pushed);
-    if (!signmuon) ef.swap(ef_next);
+    double ef_norm = 0;
+    if (!signmuon) {
+      ef.swap(ef_next);
+      for (float v : ef) ef_norm += static_cast<double>(v) * v;
+      ef_norm = std::sqrt(ef_norm);
+    }
     absl::StatusOr<RoundResult> result =
         Retry([&] { return client_.AwaitRound(id_.load(), r); }, o_.retry_timeout_s, tag_.c_str());
     if (recoverable(result.status())) {
@@ -318,6 +335,9 @@ int WorkerSession::Run() {
       st.bytes_down += result->payload.size();
       st.tokens += tokens_per_round;
       st.train_loss = train_loss;
+      st.ef_residual_norm = ef_norm;
+      st.inner_step_seconds = train_s / (signmuon ? 1 : config_.inner_steps());
+      st.tokens_per_second = train_s > 0 ? tokens_per_round / train_s : 0;
     });
     Logf(tag_.c_str(),
          "round %llu: train_loss %.4f, up %zu bytes (%.1fx smaller than dense fp32), down %zu bytes (%.1fx), "

@@ -17,7 +17,7 @@ import urllib.request
 from harness import TINY, ClusterTest, Proc, SERVER_BIN
 
 DEPLOY_CONFIG = os.path.join(os.path.dirname(__file__), "../../deploy/prometheus.yml")
-RUN = [*TINY, "--rounds=1000", "--inner_steps=4", "--uplink_codec=linear:bits=2,chunk=256",
+RUN = [*TINY, "--rounds=1000", "--inner_steps=4", "--min_quorum=2", "--uplink_codec=linear:bits=2,chunk=256",
        "--downlink_codec=linear:bits=2,chunk=256", "--eval_every=0"]
 
 
@@ -101,10 +101,32 @@ class Metrics(ClusterTest):
         self.assertIn("# TYPE muloco_rounds_closed_total counter", text)
         self.assertIn('muloco_rejected_pushes_total{reason="bad_payload"} 0', text)
 
-        base = self.start_prometheus({"muloco-server": [server_port], "muloco-worker": worker_ports})
-        self.wait_query(base, "muloco_worker_rounds_total >= 3", lambda v: len(v) == 2)
+        # Each worker's own endpoint serves its counters (for workers one can reach)...
+        for port in worker_ports:
+            status, text = http_get(f"http://127.0.0.1:{port}/metrics")
+            self.assertEqual(status, 200)
+            self.assertIn("# TYPE muloco_worker_rounds_total counter", text)
+            self.assertRegex(text, r'muloco_build_info\{version="[^"]+"\} 1')
+        # ...but Prometheus scrapes only the server: workers behind NAT report through their
+        # heartbeats, and the server exports their series labelled with their names.
+        base = self.start_prometheus({"muloco-server": [server_port]})
+        rounds = self.wait_query(base, "muloco_worker_rounds_total >= 3", lambda v: len(v) == 2)
+        self.assertEqual(sorted(dict(k)["worker"] for k in rounds), ["w0@open", "w1@open"])
         ups = self.query(base, "up")
-        self.assertEqual(sorted(ups.values()), [1.0, 1.0, 1.0], ups)
+        self.assertEqual(sorted(ups.values()), [1.0], ups)
+        for name in ("muloco_worker_tokens_per_second", "muloco_worker_inner_step_seconds",
+                     "muloco_worker_ef_residual_norm"):
+            values = self.query(base, name)
+            self.assertEqual(len(values), 2, name)
+            self.assertTrue(all(v > 0 for v in values.values()), (name, values))
+        stale = self.query(base, "muloco_worker_staleness_rounds")
+        self.assertEqual(len(stale), 2)
+        self.assertTrue(all(v <= 1 for v in stale.values()), stale)  # both keep up
+        closed = self.query(base, "muloco_round_duration_seconds_count")
+        self.assertGreaterEqual(list(closed.values())[0], 3)
+        self.assertEqual(list(self.query(base, "histogram_quantile(0.5, muloco_round_duration_seconds_bucket) > 0")
+                              .values()).__len__(), 1)
+        self.assertEqual(len(self.query(base, "muloco_build_info == 1")), 1)
 
         # One push's payload size and its ratio to dense fp32, as the worker logs them.
         logged = re.search(r"up (\d+) bytes \(([\d.]+)x smaller than dense fp32\)", workers[0].text())
