@@ -2,19 +2,16 @@
 #include "server/checkpoint.h"
 
 #include <dirent.h>
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/checksum.h"
+#include "common/file_io.h"
 #include "common/log.h"
 
 namespace muloco {
@@ -65,13 +62,6 @@ std::vector<std::string> CheckpointFiles(const std::string& dir) {
   return files;
 }
 
-absl::Status SyncPath(const std::string& path, int flags) {
-  const int fd = open(path.c_str(), flags);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot open ", path));
-  const int rc = fsync(fd);
-  close(fd);
-  return rc == 0 ? absl::OkStatus() : absl::UnavailableError(absl::StrCat("fsync ", path));
-}
 
 }  // namespace
 
@@ -117,17 +107,8 @@ absl::StatusOr<ServerState> ParseCheckpoint(const std::string& bytes) {
 }
 
 absl::Status WriteCheckpoint(const std::string& dir, const ServerState& state, size_t keep) {
-  const std::string name = absl::StrFormat("ckpt-%012u.bin", state.open_round);
-  const std::string path = dir + "/" + name, tmp = path + ".tmp";
-  const std::string bytes = SerializeCheckpoint(state);
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", tmp));
-  }
-  if (absl::Status s = SyncPath(tmp, O_RDONLY); !s.ok()) return s;
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return absl::UnavailableError(absl::StrCat("cannot rename ", tmp));
-  if (absl::Status s = SyncPath(dir, O_RDONLY | O_DIRECTORY); !s.ok()) return s;
+  const std::string path = dir + "/" + absl::StrFormat("ckpt-%012u.bin", state.open_round);
+  if (absl::Status s = WriteFileAtomic(path, SerializeCheckpoint(state)); !s.ok()) return s;
   std::vector<std::string> files = CheckpointFiles(dir);
   for (size_t i = 0; i + std::max<size_t>(1, keep) < files.size(); ++i) std::remove((dir + "/" + files[i]).c_str());
   return absl::OkStatus();
@@ -137,10 +118,8 @@ absl::StatusOr<ServerState> LoadNewestCheckpoint(const std::string& dir) {
   std::vector<std::string> files = CheckpointFiles(dir);
   for (auto it = files.rbegin(); it != files.rend(); ++it) {
     const std::string path = dir + "/" + *it;
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    absl::StatusOr<ServerState> s = ParseCheckpoint(ss.str());
+    absl::StatusOr<std::string> bytes = ReadFile(path);
+    absl::StatusOr<ServerState> s = bytes.ok() ? ParseCheckpoint(*bytes) : bytes.status();
     if (s.ok()) return s;
     Logf("server", "skipping checkpoint %s: %s", path.c_str(), std::string(s.status().message()).c_str());
   }

@@ -1,0 +1,45 @@
+// The aggregation server as a function: options in, a served run out. muloco-server's main
+// only turns flags into ServerOptions (server/main.cc); tests and tools can call RunServer
+// directly.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "common/tls.h"
+#include "muloco/v1/muloco.pb.h"
+#include "server/auth.h"
+#include "server/screen.h"
+#include "server/service.h"
+
+namespace muloco {
+
+struct ServerOptions {
+  std::string listen = "0.0.0.0:7070";  // address to serve on (port 0 picks a free port)
+  std::string port_file;                // if set, the bound port is written here once serving
+  v1::RunConfig config;                 // the run (a checkpoint's replaces it on resume)
+  uint32_t min_quorum = 1;              // pushes required before a round may close
+  double round_timeout_s = 120;         // after a round's first push, close it this much later at most
+  double heartbeat_timeout_s = 30;      // evict a worker silent this long
+  double linger_s = 30;                 // after the final round, serve until all workers leave or this passes
+  Robust robust = Robust::kClip;        // screening of pushed updates (server/screen.h)
+  std::string checkpoint_dir;           // checkpoint here and resume from the newest good checkpoint
+  uint32_t checkpoint_every = 1;        // rounds between checkpoints (also on the final round and on stop)
+  uint32_t keep_checkpoints = 3;        // newest checkpoints kept
+  std::string save_final;               // if set, the final public parameters (raw fp32) go here
+  std::string export_path;              // if set, the public model as safetensors, at the end and with every checkpoint
+  std::string metrics_listen;           // Prometheus endpoint address (empty: off)
+  ServerTls tls;                        // transport security
+  AuthOptions auth;                     // join tokens, sessions, admission limits
+  ServiceOptions service;               // chunking, per-call bounds (max_payload_bytes is set from the codec)
+  uint32_t transport_memory_mb = 256;   // memory gRPC's transport may hold for incoming data
+  uint32_t max_threads = 512;           // gRPC handler threads at most
+};
+
+// Serves until the run ends (and its workers have left, or linger_s passed) or *stop turns
+// true (then a checkpoint is written); *reload re-reads the join tokens at once. Returns a
+// process exit code: 0 done, 1 a runtime failure (cannot listen, cannot write), 2 bad options.
+int RunServer(ServerOptions options, const std::atomic<bool>* stop, std::atomic<bool>* reload);
+
+}  // namespace muloco
