@@ -1,15 +1,17 @@
-// Command-line set-up shared by the binaries: --help lists every muloco flag with its default.
+// Command-line set-up shared by the binaries: flag parsing and a --help grouped by subject.
 #pragma once
 
 #include <string>
 
 namespace muloco {
 
-// Parses flags (exits on --help or a bad flag). Positional arguments are refused.
+// Parses flags (exits 2 on a bad flag or a positional argument). --help prints every
+// flag grouped by subject, run-config values as the chosen preset and --config resolve
+// them, and exits 0.
 void ParseCommandLine(int argc, char** argv, const char* usage);
 
-// Whether --name (or --noname for booleans) appeared on the command line ParseCommandLine
-// saw; lets a preset's values stand unless a flag overrides them.
+// Whether --name was set on the command line, in a --flagfile or by --fromenv: lets a
+// preset's (or config file's) values stand unless a flag overrides them.
 bool FlagGiven(const std::string& name);
 
 }  // namespace muloco

@@ -1,7 +1,11 @@
 // Presets, validation and the inner learning-rate schedule.
 #include "common/run_config.h"
 
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
 #include <cmath>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -11,90 +15,132 @@
 namespace muloco {
 namespace {
 
-// What every preset shares: the demo model, data and schedule.
-v1::RunConfig Base() {
-  v1::RunConfig c;
-  v1::ModelSpec* m = c.mutable_model();
-  m->set_vocab_size(256);
-  m->set_n_layer(2);
-  m->set_n_head(4);
-  m->set_d_model(64);
-  m->set_context(64);
-  m->set_init_seed(1234);
-  c.set_mode("diloco");
-  c.set_inner_steps(20);
-  c.set_total_rounds(10);
-  c.set_batch_size(16);
-  c.set_inner_optimizer("adamw");
-  c.set_inner_lr(3e-3f);
-  c.set_inner_min_lr_ratio(0.1f);
-  c.set_warmup_steps(20);
-  c.set_weight_decay(0.1f);
-  c.set_beta1(0.9f);
-  c.set_beta2(0.95f);
-  c.set_adam_eps(1e-8f);
-  c.set_grad_clip(1.0f);
-  c.set_muon_lr(0.02f);
-  c.set_muon_momentum(0.95f);
-  c.set_muon_scale("shape");
-  c.set_ns_steps(5);
-  c.set_uplink_codec("dense-fp32");
-  c.set_downlink_codec("dense-fp32");
-  c.set_ef_beta(1.0f);
-  c.set_outer_lr(0.7f);
-  c.set_outer_momentum(0.9f);
-  c.set_outer_nesterov(true);
-  c.set_signmuon_polar(false);
-  c.set_data_seed(1);
-  c.set_eval_every(1);
-  c.set_eval_batches(8);
-  return c;
-}
+// Presets as data: what every preset shares (the demo model, data and schedule), then
+// each preset's own fields over it, both in the text format a --config file uses.
+constexpr char kBase[] = R"pb(
+  model { vocab_size: 256 n_layer: 2 n_head: 4 d_model: 64 context: 64 init_seed: 1234 }
+  mode: "diloco" inner_steps: 20 total_rounds: 10 batch_size: 16
+  inner_optimizer: "adamw" inner_lr: 3e-3 inner_min_lr_ratio: 0.1 warmup_steps: 20
+  weight_decay: 0.1 beta1: 0.9 beta2: 0.95 adam_eps: 1e-8 grad_clip: 1.0
+  muon_lr: 0.02 muon_momentum: 0.95 muon_scale: "shape" ns_steps: 5
+  uplink_codec: "dense-fp32" downlink_codec: "dense-fp32" ef_beta: 1.0
+  outer_lr: 0.7 outer_momentum: 0.9 outer_nesterov: true signmuon_polar: false
+  data_seed: 1 eval_every: 1 eval_batches: 8
+)pb";
 
-constexpr char kTwoBit[] = "lloyd:bits=2,chunk=512";  // 2.03 bits per element: codes + a 4-float table per chunk
+struct Preset {
+  const char* name;
+  const char* fields;  // over kBase
+};
+// lloyd:bits=2,chunk=512 is 2.25 bits per element: 2-bit codes + a 4-float table per 512.
+constexpr Preset kPresets[] = {
+    {"diloco", ""},
+    // MuLoCo's README: outer lr 0.7, momentum 0.6.
+    {"muloco", R"pb(inner_optimizer: "muon" outer_momentum: 0.6)pb"},
+    {"muloco-2bit", R"pb(inner_optimizer: "muon" outer_momentum: 0.6
+                         uplink_codec: "lloyd:bits=2,chunk=512" downlink_codec: "lloyd:bits=2,chunk=512")pb"},
+    // Error feedback takes momentum's place.
+    {"sparseloco", R"pb(uplink_codec: "topk:chunk=4096,k=32,bits=2" downlink_codec: "lloyd:bits=2,chunk=512"
+                        ef_beta: 0.999 outer_lr: 1.0 outer_momentum: 0.0 outer_nesterov: false)pb"},
+    // Sign steps move |dW| = outer_lr per coordinate; momentum lives in each worker's Muon;
+    // the vote's {-lr, 0, +lr} is exact in 2 bits down.
+    {"signmuon", R"pb(mode: "signmuon" inner_optimizer: "muon" inner_steps: 1 total_rounds: 200 warmup_steps: 10
+                      uplink_codec: "sign:chunk=4096,vectors=same" downlink_codec: "quant:bits=2,chunk=4096"
+                      outer_lr: 3e-3 outer_momentum: 0.0 outer_nesterov: false eval_every: 20)pb"},
+};
 
 }  // namespace
 
-std::vector<std::string> PresetNames() { return {"diloco", "muloco", "muloco-2bit", "sparseloco", "signmuon"}; }
+std::vector<std::string> PresetNames() {
+  std::vector<std::string> names;
+  for (const Preset& p : kPresets) names.push_back(p.name);
+  return names;
+}
 
 absl::StatusOr<v1::RunConfig> PresetConfig(absl::string_view name) {
-  v1::RunConfig c = Base();
-  c.set_preset(std::string(name));
-  if (name == "diloco") return c;
-  if (name == "muloco" || name == "muloco-2bit") {
-    c.set_inner_optimizer("muon");
-    c.set_outer_momentum(0.6f);  // MuLoCo's README: outer lr 0.7, momentum 0.6
-    if (name == "muloco-2bit") {
-      c.set_uplink_codec(kTwoBit);
-      c.set_downlink_codec(kTwoBit);
+  for (const Preset& p : kPresets) {
+    if (name != p.name) continue;
+    v1::RunConfig c;
+    if (!google::protobuf::TextFormat::ParseFromString(kBase, &c) ||
+        !google::protobuf::TextFormat::MergeFromString(p.fields, &c)) {
+      return absl::InternalError(absl::StrCat("preset ", name, " does not parse"));  // a bug: tests parse them all
     }
-    return c;
-  }
-  if (name == "sparseloco") {
-    c.set_uplink_codec("topk:chunk=4096,k=32,bits=2");
-    c.set_downlink_codec(kTwoBit);
-    c.set_ef_beta(0.999f);
-    c.set_outer_lr(1.0f);
-    c.set_outer_momentum(0.0f);
-    c.set_outer_nesterov(false);
-    return c;
-  }
-  if (name == "signmuon") {
-    c.set_mode("signmuon");
-    c.set_inner_optimizer("muon");
-    c.set_inner_steps(1);
-    c.set_total_rounds(200);
-    c.set_warmup_steps(10);
-    c.set_uplink_codec("sign:chunk=4096,vectors=same");
-    c.set_downlink_codec("quant:bits=2,chunk=4096");  // the vote's {-lr, 0, +lr} is exact in 2 bits
-    c.set_outer_lr(3e-3f);                              // sign steps: |ΔW| = lr per coordinate
-    c.set_outer_momentum(0.0f);                         // momentum lives in each worker's Muon
-    c.set_outer_nesterov(false);
-    c.set_eval_every(20);
+    c.set_preset(std::string(name));
     return c;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown preset '", name, "' (known: ", absl::StrJoin(PresetNames(), ", "), ")"));
+}
+
+absl::Status MergeRunConfigText(absl::string_view text, v1::RunConfig* config) {
+  google::protobuf::TextFormat::Parser parser;
+  std::string errors;
+  struct Collector : google::protobuf::io::ErrorCollector {
+    std::string* out;
+    explicit Collector(std::string* o) : out(o) {}
+    void AddError(int line, int column, const std::string& message) override {
+      absl::StrAppend(out, out->empty() ? "" : "; ", "line ", line + 1, " column ", column + 1, ": ", message);
+    }
+  } collector(&errors);
+  parser.RecordErrorsTo(&collector);
+  if (!parser.MergeFromString(std::string(text), config)) return absl::InvalidArgumentError(errors);
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Every field, default values included (TextFormat's printer leaves proto3 defaults out, and
+// a --config file merged over a preset must restate them).
+void PrintAll(const google::protobuf::Message& m, const std::string& indent, std::string* out) {
+  const google::protobuf::Descriptor* d = m.GetDescriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+      absl::StrAppend(out, indent, f->name(), " {\n");
+      PrintAll(m.GetReflection()->GetMessage(m, f), indent + "  ", out);
+      absl::StrAppend(out, indent, "}\n");
+      continue;
+    }
+    std::string v;
+    google::protobuf::TextFormat::PrintFieldValueToString(m, f, -1, &v);
+    absl::StrAppend(out, indent, f->name(), ": ", v, "\n");
+  }
+}
+
+}  // namespace
+
+std::string RunConfigText(const v1::RunConfig& config) {
+  std::string out;
+  PrintAll(config, "", &out);
+  return out;
+}
+
+std::vector<std::string> DifferentFields(const v1::RunConfig& a, const v1::RunConfig& b) {
+  std::vector<std::string> out;
+  std::function<void(const google::protobuf::Message&, const google::protobuf::Message&, const std::string&)> walk =
+      [&](const google::protobuf::Message& x, const google::protobuf::Message& y, const std::string& prefix) {
+        const google::protobuf::Descriptor* d = x.GetDescriptor();
+        for (int i = 0; i < d->field_count(); ++i) {
+          const google::protobuf::FieldDescriptor* f = d->field(i);
+          if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+            walk(x.GetReflection()->GetMessage(x, f), y.GetReflection()->GetMessage(y, f), prefix + f->name() + ".");
+            continue;
+          }
+          std::string vx, vy;
+          google::protobuf::TextFormat::PrintFieldValueToString(x, f, -1, &vx);
+          google::protobuf::TextFormat::PrintFieldValueToString(y, f, -1, &vy);
+          if (vx != vy) out.push_back(prefix + f->name());
+        }
+      };
+  walk(a, b, "");
+  return out;
+}
+
+std::string FlagForField(const std::string& field) {
+  if (field == "total_rounds") return "rounds";
+  if (field == "outer_nesterov") return "nesterov";
+  if (field.rfind("model.", 0) == 0) return field.substr(6);
+  return field;
 }
 
 v1::RunConfig DefaultRunConfig() { return *PresetConfig(kDefaultPreset); }

@@ -12,10 +12,11 @@
 
 namespace muloco {
 
-// Complete configurations, one per method (model and schedule are the demo's in each):
+// Complete configurations, one per method, kept as text-format data in run_config.cc
+// (model and schedule are the demo's in each):
 //   diloco       AdamW inner, dense fp32 both ways, outer Nesterov SGD lr 0.7 momentum 0.9
 //   muloco       Muon inner (AdamW for embeddings, head, gains, biases), dense, outer 0.7 / 0.6
-//   muloco-2bit  muloco with 2-bit linear quantization + error feedback both ways (default)
+//   muloco-2bit  muloco with 2-bit Lloyd-Max quantization + error feedback both ways (default)
 //   sparseloco   AdamW inner, top-k 32 of 4096 with 2-bit values + EF (beta 0.999) up, 2-bit
 //                down; outer lr 1, no momentum (error feedback takes momentum's place)
 //   signmuon     H = 1: each worker sends the signs of its Muon direction (1 bit per
@@ -26,6 +27,16 @@ absl::StatusOr<v1::RunConfig> PresetConfig(absl::string_view name);
 
 // PresetConfig(kDefaultPreset).
 v1::RunConfig DefaultRunConfig();
+
+// A --config file: RunConfig in protobuf text format, e.g. `inner_steps: 30 model { n_layer: 4 }`.
+// Merges the fields it sets into *config; INVALID_ARGUMENT with line and column otherwise.
+absl::Status MergeRunConfigText(absl::string_view text, v1::RunConfig* config);
+// The same format, every field written (what --print_config prints; feeds --config back).
+std::string RunConfigText(const v1::RunConfig& config);
+// Fields whose values differ, as "inner_steps" or "model.n_layer".
+std::vector<std::string> DifferentFields(const v1::RunConfig& a, const v1::RunConfig& b);
+// The command-line flag that sets a field ("total_rounds" -> "rounds", "model.n_layer" -> "n_layer").
+std::string FlagForField(const std::string& field);
 
 // Rejects configurations no worker could run (zero sizes, bad codecs, lr out of range,
 // a signmuon run without a sign uplink).

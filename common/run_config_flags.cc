@@ -1,6 +1,7 @@
-// Flag definitions for the run configuration. --preset picks a complete configuration
-// (common/run_config.h); any flag given on the command line then overrides its field. The
-// defaults shown by --help are the default preset's.
+// Flag definitions for the run configuration, resolved in one order: --preset picks a
+// complete configuration (common/run_config.h), a --config file's fields override it, and
+// every run-config flag given (on the command line, in a --flagfile or by --fromenv)
+// overrides both. --print_config prints the result in the --config format and exits.
 #include "common/run_config_flags.h"
 
 #include <cstdio>
@@ -10,7 +11,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "common/cli.h"
+#include "common/file_io.h"
 #include "common/run_config.h"
 
 namespace {
@@ -21,7 +24,12 @@ const muloco::v1::RunConfig& D() {
 }  // namespace
 
 ABSL_FLAG(std::string, preset, muloco::kDefaultPreset,
-          "Complete configuration: diloco, muloco, muloco-2bit, sparseloco, signmuon (flags below override it)");
+          "Complete configuration: diloco, muloco, muloco-2bit, sparseloco, signmuon (a --config file and the "
+          "flags below override it)");
+ABSL_FLAG(std::string, config, "",
+          "Run configuration file in protobuf text format (RunConfig, as --print_config writes it); its fields "
+          "override the preset, flags override the file");
+ABSL_FLAG(bool, print_config, false, "Print the resolved run configuration in the --config format and exit");
 ABSL_FLAG(std::string, mode, D().mode(), "diloco (mean + outer SGD) or signmuon (majority vote)");
 ABSL_FLAG(uint32_t, vocab_size, D().model().vocab_size(), "Model: vocabulary size (256 for bytes)");
 ABSL_FLAG(uint32_t, n_layer, D().model().n_layer(), "Model: transformer layers");
@@ -106,17 +114,42 @@ std::vector<std::pair<const char*, Setter>> Fields() {
 
 }  // namespace
 
-v1::RunConfig RunConfigFromFlags() {
-  absl::StatusOr<v1::RunConfig> preset = PresetConfig(absl::GetFlag(FLAGS_preset));
-  if (!preset.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(preset.status().message()).c_str());
-    std::exit(2);
+absl::StatusOr<v1::RunConfig> ResolveRunConfig() {
+  std::string file_text;
+  v1::RunConfig from_file;
+  const std::string path = absl::GetFlag(FLAGS_config);
+  if (!path.empty()) {
+    absl::StatusOr<std::string> text = ReadFile(path);
+    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("--config=", path, ": cannot read it"));
+    file_text = *std::move(text);
+    if (absl::Status s = MergeRunConfigText(file_text, &from_file); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--config=", path, ": ", s.message()));
+    }
   }
-  v1::RunConfig c = *std::move(preset);
+  // The preset: --preset if given, else the file's, else the default.
+  const std::string preset = FlagGiven("preset") || from_file.preset().empty() ? absl::GetFlag(FLAGS_preset)
+                                                                                : from_file.preset();
+  absl::StatusOr<v1::RunConfig> c = PresetConfig(preset);
+  if (!c.ok()) return c.status();
+  if (!file_text.empty()) MergeRunConfigText(file_text, &*c).IgnoreError();  // parsed above
+  c->set_preset(preset);
   for (const auto& [name, set] : Fields()) {
-    if (FlagGiven(name)) set(c);
+    if (FlagGiven(name)) set(*c);
   }
   return c;
+}
+
+v1::RunConfig RunConfigFromFlags() {
+  absl::StatusOr<v1::RunConfig> c = ResolveRunConfig();
+  if (!c.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(c.status().message()).c_str());
+    std::exit(2);
+  }
+  if (absl::GetFlag(FLAGS_print_config)) {
+    std::fputs(RunConfigText(*c).c_str(), stdout);
+    std::exit(0);
+  }
+  return *std::move(c);
 }
 
 }  // namespace muloco

@@ -2,10 +2,15 @@
 // config to workers) and muloco-worker --baseline (which trains alone). Only main() calls it.
 #pragma once
 
+#include "absl/status/statusor.h"
 #include "muloco/v1/muloco.pb.h"
 
 namespace muloco {
 
+// Preset, then the --config file, then the flags given. Exits 2 with the reason when
+// something does not parse; prints the result and exits 0 under --print_config.
 v1::RunConfig RunConfigFromFlags();
+// The same without exiting (for --help, which shows the resolved values).
+absl::StatusOr<v1::RunConfig> ResolveRunConfig();
 
 }  // namespace muloco

@@ -78,6 +78,42 @@ std::string ExportBytes(const v1::RunConfig& config, const ParamLayout& layout, 
                            {"context", std::to_string(m.context())}, {"preset", config.preset()}});
 }
 
+// The checkpoint's configuration with the requested changes that are safe mid-run applied:
+// more rounds, and how often and how much to evaluate. Any other difference is refused,
+// naming its flag, instead of being silently ignored.
+absl::StatusOr<v1::RunConfig> ResumedConfig(const v1::RunConfig& saved, const v1::RunConfig& requested,
+                                            uint64_t open_round) {
+  v1::RunConfig out = saved;
+  std::vector<std::string> refused, applied;
+  for (const std::string& field : DifferentFields(saved, requested)) {
+    if (field == "preset") continue;  // a label; the fields themselves are compared
+    if (field == "total_rounds" && requested.total_rounds() >= open_round) {
+      out.set_total_rounds(requested.total_rounds());
+    } else if (field == "eval_every") {
+      out.set_eval_every(requested.eval_every());
+    } else if (field == "eval_batches") {
+      out.set_eval_batches(requested.eval_batches());
+    } else {
+      refused.push_back(FlagForField(field));
+      continue;
+    }
+    applied.push_back(FlagForField(field));
+  }
+  if (!refused.empty()) {
+    std::string detail;
+    for (const std::string& flag : refused) {
+      absl::StrAppend(&detail, detail.empty() ? "" : ", ", "--", flag);
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the checkpoint's run differs in ", detail, ", which cannot change mid-run (--rounds, --eval_every and ",
+        "--eval_batches can; --rounds not below the ", open_round,
+        " rounds done). Restart with the checkpoint's values (--print_config shows yours), or use a fresh "
+        "--checkpoint_dir"));
+  }
+  for (const std::string& flag : applied) Logf("server", "resume: --%s changed from the checkpoint's, applied", flag.c_str());
+  return out;
+}
+
 void LogSummary(const EngineStats& st, size_t n, uint64_t checksum) {
   const double dense = static_cast<double>(PayloadBytes(DenseSegments(n)));
   const double down_ratio = st.rounds_closed ? dense * st.rounds_closed / st.bytes_down : 0.0;
@@ -113,8 +149,13 @@ int RunServer(ServerOptions o, const std::atomic<bool>* stop, std::atomic<bool>*
     absl::StatusOr<ServerState> loaded = LoadNewestCheckpoint(o.checkpoint_dir);
     if (loaded.ok()) resumed = *std::move(loaded);
   }
-  // A resumed run keeps the configuration it started with.
-  const v1::RunConfig config = resumed ? resumed->config : o.config;
+  // A resumed run keeps the configuration it started with, but for what may safely change.
+  v1::RunConfig config = o.config;
+  if (resumed) {
+    absl::StatusOr<v1::RunConfig> merged = ResumedConfig(resumed->config, o.config, resumed->open_round);
+    if (!merged.ok()) return Refuse(absl::StrCat("--checkpoint_dir=", o.checkpoint_dir, ": ", merged.status().message()));
+    config = *std::move(merged);
+  }
   if (absl::Status s = ValidateRunConfig(config); !s.ok()) return Refuse(s.ToString());
   const ParamLayout layout = GptLayout(config.model());
   const size_t n = TotalParams(layout);

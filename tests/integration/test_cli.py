@@ -29,9 +29,19 @@ class Cli(unittest.TestCase):
                   "tls_server_name", "token_file", *RUN_CONFIG_FLAGS}
         for binary, flags in ((SERVER_BIN, server), (WORKER_BIN, worker)):
             out = run(binary, "--help")
+            self.assertEqual(out.returncode, 0, out.stderr)
             text = out.stdout + out.stderr
+            self.assertEqual(text.count("DiLoCo"), 1)  # the program's line once, no build paths
+            self.assertNotIn("/work/", text)
+            for group in ("Run configuration", "Security:", "Operation:"):
+                self.assertIn(group, text)
             for flag in flags:
                 self.assertRegex(text, rf"(?s)--{flag} \(.*?\);\s+default: ", f"{binary} --help lacks --{flag}")
+
+    def test_help_shows_the_chosen_presets_values(self):
+        for preset, h in (("muloco-2bit", "20"), ("signmuon", "1")):
+            text = run(SERVER_BIN, f"--preset={preset}", "--help").stdout
+            self.assertRegex(text, rf"--inner_steps \(.*?\);\s+default: {h}\n", preset)
 
     def test_bad_flags_and_configs_fail_clearly(self):
         out = run(SERVER_BIN, "--no_such_flag=1")
