@@ -148,15 +148,14 @@ v1::RunConfig DefaultRunConfig() { return *PresetConfig(kDefaultPreset); }
 absl::Status ValidateRunConfig(const v1::RunConfig& c) {
   if (absl::Status s = ValidateModelSpec(c.model()); !s.ok()) return s;
   auto bad = [](const std::string& m) { return absl::InvalidArgumentError("run config: " + m); };
-  if (c.mode() != "diloco" && c.mode() != "signmuon") return bad("mode must be diloco or signmuon");
+  absl::StatusOr<RunKinds> kinds = ParseKinds(c);
+  if (!kinds.ok()) return kinds.status();
   if (c.inner_steps() < 1) return bad("inner_steps (H) must be >= 1");
   if (c.total_rounds() < 1) return bad("total_rounds must be >= 1");
   if (c.batch_size() < 1 || c.batch_size() > 65536) return bad("batch_size must be in [1, 65536]");
-  if (c.inner_optimizer() != "adamw" && c.inner_optimizer() != "muon") return bad("inner_optimizer must be adamw or muon");
   if (!(c.inner_lr() > 0 && c.inner_lr() < 10)) return bad("inner_lr must be in (0, 10)");
   if (!(c.muon_lr() > 0 && c.muon_lr() < 10)) return bad("muon_lr must be in (0, 10)");
   if (!(c.muon_momentum() >= 0 && c.muon_momentum() < 1)) return bad("muon_momentum must be in [0, 1)");
-  if (c.muon_scale() != "shape" && c.muon_scale() != "adamw") return bad("muon_scale must be shape or adamw");
   if (c.ns_steps() < 1 || c.ns_steps() > 100) return bad("ns_steps must be in [1, 100]");
   if (!(c.inner_min_lr_ratio() >= 0 && c.inner_min_lr_ratio() <= 1)) return bad("inner_min_lr_ratio must be in [0, 1]");
   if (!(c.weight_decay() >= 0 && c.weight_decay() < 10)) return bad("weight_decay must be in [0, 10)");
@@ -169,12 +168,29 @@ absl::Status ValidateRunConfig(const v1::RunConfig& c) {
   absl::StatusOr<CodecConfig> up = ParseCodec(c.uplink_codec());
   if (!up.ok()) return up.status();
   if (absl::Status s = ParseCodec(c.downlink_codec()).status(); !s.ok()) return s;
-  if (c.mode() == "signmuon") {
+  if (kinds->mode == RunMode::kSignMuon) {
     if (up->scheme != Scheme::kSign || up->dense_vectors) return bad("signmuon needs uplink_codec sign:...,vectors=same");
     if (c.inner_steps() != 1) return bad("signmuon takes one step per round (inner_steps 1)");
-    if (c.inner_optimizer() != "muon") return bad("signmuon needs inner_optimizer muon");
+    if (kinds->inner != InnerOptimizer::kMuon) return bad("signmuon needs inner_optimizer muon");
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<RunKinds> ParseKinds(const v1::RunConfig& c) {
+  auto bad = [](const std::string& m) { return absl::InvalidArgumentError("run config: " + m); };
+  RunKinds k;
+  if (c.mode() == "signmuon") k.mode = RunMode::kSignMuon;
+  else if (c.mode() != "diloco") return bad("mode must be diloco or signmuon");
+  if (c.inner_optimizer() == "muon") k.inner = InnerOptimizer::kMuon;
+  else if (c.inner_optimizer() != "adamw") return bad("inner_optimizer must be adamw or muon");
+  if (c.muon_scale() == "adamw") k.muon_scale = MuonScale::kMatchAdamW;
+  else if (c.muon_scale() != "shape") return bad("muon_scale must be shape or adamw");
+  return k;
+}
+
+RunKinds KindsOf(const v1::RunConfig& c) {
+  absl::StatusOr<RunKinds> k = ParseKinds(c);
+  return k.ok() ? *k : RunKinds{};
 }
 
 std::string DescribeRunConfig(const v1::RunConfig& c) {
@@ -183,7 +199,7 @@ std::string DescribeRunConfig(const v1::RunConfig& c) {
                       ", layers ", m.n_layer(), ", heads ", m.n_head(), ", d ", m.d_model(), ", ctx ", m.context(),
                       ") H=", c.inner_steps(), " rounds=", c.total_rounds(), " batch=", c.batch_size(), " inner=",
                       c.inner_optimizer(), " lr=", c.inner_lr(),
-                      c.inner_optimizer() == "muon" ? absl::StrCat(" muon_lr=", c.muon_lr()) : "",
+                      KindsOf(c).inner == InnerOptimizer::kMuon ? absl::StrCat(" muon_lr=", c.muon_lr()) : "",
                       " outer lr=", c.outer_lr(), " m=", c.outer_momentum(), " up=", c.uplink_codec(),
                       " down=", c.downlink_codec(), " ef_beta=", c.ef_beta());
 }

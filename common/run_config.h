@@ -42,6 +42,23 @@ std::string FlagForField(const std::string& field);
 // a signmuon run without a sign uplink).
 absl::Status ValidateRunConfig(const v1::RunConfig& config);
 
+// The configuration's string choices, parsed once into typed values.
+enum class RunMode { kDiloco, kSignMuon };
+enum class InnerOptimizer { kAdamW, kMuon };  // kMuon: Muon for hidden matrices, AdamW for the rest
+enum class MuonScale {
+  kShape,       // sqrt(max(1, rows / cols)) (Keller Jordan)
+  kMatchAdamW,  // 0.2 * sqrt(max(rows, cols)): update RMS like AdamW's (Moonlight)
+};
+struct RunKinds {
+  RunMode mode = RunMode::kDiloco;
+  InnerOptimizer inner = InnerOptimizer::kAdamW;
+  MuonScale muon_scale = MuonScale::kShape;
+};
+// INVALID_ARGUMENT naming the field for an unknown choice.
+absl::StatusOr<RunKinds> ParseKinds(const v1::RunConfig& config);
+// REQUIRES: ValidateRunConfig(config).ok().
+RunKinds KindsOf(const v1::RunConfig& config);
+
 // One line for logs.
 std::string DescribeRunConfig(const v1::RunConfig& config);
 

@@ -55,7 +55,7 @@ EngineOptions EngineOptionsFor(const ServerOptions& o, const v1::RunConfig& conf
   eo.uplink = PlanSegments(CodecShapes(layout), *ParseCodec(config.uplink_codec()));
   eo.outer = OuterSgdOptions{config.outer_lr(), config.outer_momentum(), config.outer_nesterov()};
   eo.screen.mode = o.robust;
-  if (config.mode() == "signmuon") {
+  if (KindsOf(config).mode == RunMode::kSignMuon) {
     eo.aggregation = Aggregation::kVote;
     eo.polar_steps = static_cast<int>(config.ns_steps());
     for (const ParamInfo& p : layout) {

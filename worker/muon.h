@@ -9,12 +9,9 @@
 #include <array>
 #include <vector>
 
-namespace muloco {
+#include "common/run_config.h"  // MuonScale
 
-enum class MuonScale {
-  kShape,       // sqrt(max(1, rows / cols)) (Keller Jordan)
-  kMatchAdamW,  // 0.2 * sqrt(max(rows, cols)) (Moonlight: update RMS ~ AdamW's)
-};
+namespace muloco {
 
 struct MuonOptions {
   double momentum = 0.95;  // EMA coefficient beta
