@@ -4,13 +4,12 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/file_io.h"
 #include "common/log.h"
 
 namespace muloco {
@@ -81,15 +80,13 @@ absl::Status Auth::Reload(bool force) {
     file_mtime_ns_ = mtime;
     file_size_ = st.st_size;
   }
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<std::map<std::string, std::string>> parsed = ParseTokenFile(text.str());
+  absl::StatusOr<std::string> text = ReadFile(path);
+  absl::StatusOr<std::map<std::string, std::string>> parsed =
+      text.ok() ? ParseTokenFile(*text) : absl::StatusOr<std::map<std::string, std::string>>(text.status());
   std::lock_guard<std::mutex> lock(mu_);
-  if (!in || !parsed.ok()) {
+  if (!parsed.ok()) {
     ++stats_.token_reload_errors;
-    return absl::InvalidArgumentError(
-        absl::StrCat("token file ", path, ": ", parsed.ok() ? "unreadable" : parsed.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat("token file ", path, ": ", parsed.status().message()));
   }
   const bool first = stats_.token_reloads++ == 0;
   tokens_ = *std::move(parsed);
