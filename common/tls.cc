@@ -27,7 +27,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(c
     if (!tls.cert.empty() || !tls.client_ca.empty()) {
       return absl::InvalidArgumentError("--insecure contradicts --tls_cert / --tls_client_ca");
     }
-    Logf("server", "WARNING: --insecure: plaintext gRPC, anyone on the path can read and forge traffic");
+    LogWarn("server", "--insecure: plaintext gRPC, anyone on the path can read and forge traffic");
     return grpc::InsecureServerCredentials();
   }
   if (tls.cert.empty() || tls.key.empty()) {

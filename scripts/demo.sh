@@ -8,6 +8,8 @@ DIR=$(mktemp -d /tmp/muloco-demo.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
+# Log lines read "2026-12-03T16:20:01.123Z INFO [tag] message": drop the timestamp.
+untime() { sed -E 's/^[^ ]+ //'; }
 
 # Plaintext and open joins are fine on loopback; see README "Opening a run to volunteers" for TLS and tokens.
 "$BUILD/muloco-server" --listen=127.0.0.1:0 --insecure --open_join --port_file="$DIR/port" --save_final="$DIR/server.bin" "$@" \
@@ -24,7 +26,7 @@ for w in 1 2; do
 done
 # Follow worker 1 (both see the same global model) and the server's round closings.
 tail -q -n +1 -f "$DIR/w1.log" "$DIR/server.log" --pid="${pids[1]}" |
-  grep --line-buffered -E "joined|eval:|round [0-9]+: train_loss|closed|final:" | cut -c14- &
+  grep --line-buffered -E "joined|eval:|round [0-9]+: train_loss|closed|final:" | sed -u -E 's/^[^ ]+ //' &
 tailer=$!
 status=0
 wait "${pids[1]}" || status=1
@@ -36,8 +38,9 @@ elapsed=$(( $(date +%s) - start ))
 
 echo
 echo "==== summary ===="
-grep -h "summary:" "$DIR/server.log" | cut -c14-
-for w in 1 2; do grep -h "final:" "$DIR/w$w.log" | cut -c14-; done
+grep -h "summary:" "$DIR/server.log" | untime
+for w in 1 2; do grep -h "final:" "$DIR/w$w.log" | untime; done
+grep -h "summary:" "$DIR/w1.log" | untime
 if cmp -s "$DIR/server.bin" "$DIR/w1.bin" && cmp -s "$DIR/server.bin" "$DIR/w2.bin"; then
   echo "replicas: both workers are bit-identical to the server's final parameters"
 else

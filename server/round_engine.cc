@@ -194,8 +194,8 @@ size_t RoundEngine::SumScreenedLocked() {
     summed.push_back(limit);
   }
   if (!report.empty()) {
-    Logf("server", "round %llu screening (%s): %s", static_cast<unsigned long long>(open_round_),
-         screen_.mode() == Robust::kReject ? "reject" : "clip", report.c_str());
+    LogWarn("server", "round %llu screening (%s): %s", static_cast<unsigned long long>(open_round_),
+            screen_.mode() == Robust::kReject ? "reject" : "clip", report.c_str());
   }
   const size_t count = summed.size();
   screen_.Remember(std::move(summed));
@@ -214,8 +214,8 @@ std::shared_ptr<const std::string> RoundEngine::PublishLocked() {
   if (const absl::Status applied = DecodeAccumulate(*payload, n, next_pub->data()); !applied.ok()) {
     // θ_true left the range a payload may carry (or our encoder has a bug). Discard the
     // step rather than stop serving: the global model stays θ_pub, the momentum restarts.
-    Logf("server", "ERROR: round %llu downlink failed its check (%s); discarding the step, outer state reset",
-         static_cast<unsigned long long>(open_round_), applied.ToString().c_str());
+    LogError("server", "round %llu downlink failed its check (%s); discarding the step, outer state reset",
+             static_cast<unsigned long long>(open_round_), applied.ToString().c_str());
     ++stats_.downlink_resets;
     theta_true_ = pub;
     outer_.set_momentum_buffer(std::vector<float>(outer_.momentum_buffer().size(), 0.0f));
@@ -331,8 +331,8 @@ void RoundEngine::Tick() {
   const double now = clock_->Now();
   for (auto it = members_.begin(); it != members_.end();) {
     if (now - it->second.last_seen > options_.heartbeat_timeout_s) {
-      Logf("server", "evicting worker %llu (%s): silent for %.1f s", static_cast<unsigned long long>(it->first),
-           it->second.name.c_str(), now - it->second.last_seen);
+      LogWarn("server", "evicting worker %llu (%s): silent for %.1f s",
+              static_cast<unsigned long long>(it->first), it->second.name.c_str(), now - it->second.last_seen);
       expected_.erase(it->first);
       it = members_.erase(it);
       ++stats_.evictions;

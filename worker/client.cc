@@ -144,9 +144,27 @@ absl::StatusOr<RoundResult> ServerClient::AwaitRound(uint64_t worker_id, uint64_
   }
 }
 
+void ServerClient::CancelAwaits() {
+  std::lock_guard<std::mutex> lock(await_mu_);
+  awaits_cancelled_ = true;
+  if (await_ctx_ != nullptr) await_ctx_->TryCancel();
+}
+
 absl::StatusOr<RoundResult> ServerClient::AwaitOnce(uint64_t worker_id, uint64_t round) {
   grpc::ClientContext ctx;
   Prepare(ctx, options_.call_timeout_s);
+  {
+    std::lock_guard<std::mutex> lock(await_mu_);
+    if (awaits_cancelled_) return absl::CancelledError("AwaitRound cancelled: the worker is stopping");
+    await_ctx_ = &ctx;
+  }
+  struct Unregister {
+    ServerClient* client;
+    ~Unregister() {
+      std::lock_guard<std::mutex> lock(client->await_mu_);
+      client->await_ctx_ = nullptr;
+    }
+  } unregister{this};
   v1::AwaitRoundRequest req;
   req.set_worker_id(worker_id);
   req.set_round(round);

@@ -50,7 +50,12 @@ class ServerClient {
   // stopped (from the start if the model moved on meanwhile).
   absl::StatusOr<FetchedModel> FetchModel(uint64_t worker_id);
   absl::Status Push(uint64_t worker_id, uint64_t round, const std::string& payload, float train_loss);
+  // Waits for the round to close, asking again each time the server's long poll ends.
+  // Returns CANCELLED once CancelAwaits() has been called.
   absl::StatusOr<RoundResult> AwaitRound(uint64_t worker_id, uint64_t round);
+  // Cancels the AwaitRound in flight and makes every later one return CANCELLED at once.
+  // Thread-safe (the worker calls it from its stop watcher while AwaitRound blocks).
+  void CancelAwaits();
   absl::Status Heartbeat(uint64_t worker_id, const v1::WorkerReport& report);
   absl::Status Leave(uint64_t worker_id);
 
@@ -63,6 +68,9 @@ class ServerClient {
   absl::Status ShortCall(Call call, uint64_t worker_id, const std::function<void(Request*)>& fill = nullptr);
 
   ClientOptions options_;
+  std::mutex await_mu_;
+  grpc::ClientContext* await_ctx_ = nullptr;  // guarded by await_mu_: the AwaitRound call in flight
+  bool awaits_cancelled_ = false;             // guarded by await_mu_
   mutable std::mutex session_mu_;
   std::string session_id_, session_key_;  // guarded by session_mu_ (the heartbeat thread reads them)
   std::shared_ptr<grpc::Channel> channel_;

@@ -1,7 +1,9 @@
 // muloco-worker: trains with an aggregation server (--server), or alone (--baseline) with
 // the run-config flags. Flags -> WorkerOptions; everything else lives in session.cc.
 #include <ATen/Parallel.h>
+#include <signal.h>
 
+#include <atomic>
 #include <cstdio>
 
 #include "absl/flags/flag.h"
@@ -30,6 +32,27 @@ ABSL_FLAG(std::string, tls_server_name, "", "Check the server's certificate for 
 ABSL_FLAG(std::string, token_file, "", "File holding this worker's join token (first line)");
 ABSL_FLAG(uint32_t, fault_nonfinite_rounds, 0, "Fault injection for tests: make the first N updates non-finite");
 ABSL_FLAG(bool, baseline, false, "Train alone, without a server, using the run-config flags");
+ABSL_FLAG(double, progress_s, 30, "Log a progress line this often while a round trains (0: never)");
+
+namespace {
+
+// SIGTERM / SIGINT: the worker leaves the run and exits 0. The handler is one-shot
+// (SA_RESETHAND), so a second signal kills the worker at once.
+std::atomic<int> stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "a signal handler may only touch lock-free atomics");
+
+void OnStopSignal(int sig) { stop_signal.store(sig); }
+
+void InstallStopHandlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace muloco;
@@ -37,8 +60,9 @@ int main(int argc, char** argv) {
                    "muloco-worker: DiLoCo worker.\n"
                    "  muloco-worker --server=HOST:PORT        (everything else comes from the server)\n"
                    "  muloco-worker --baseline --rounds=10     (single process, no server)");
-  if (absl::GetFlag(FLAGS_threads) < 1 || !(absl::GetFlag(FLAGS_heartbeat_s) > 0)) {
-    std::fprintf(stderr, "muloco-worker: --threads must be >= 1 and --heartbeat_s > 0\n");
+  if (absl::GetFlag(FLAGS_threads) < 1 || !(absl::GetFlag(FLAGS_heartbeat_s) > 0) ||
+      !(absl::GetFlag(FLAGS_progress_s) >= 0)) {
+    std::fprintf(stderr, "muloco-worker: --threads must be >= 1, --heartbeat_s > 0 and --progress_s >= 0\n");
     return 2;
   }
   at::set_num_threads(absl::GetFlag(FLAGS_threads));
@@ -58,7 +82,12 @@ int main(int argc, char** argv) {
   o.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
   o.token_file = absl::GetFlag(FLAGS_token_file);
   o.fault_nonfinite_rounds = absl::GetFlag(FLAGS_fault_nonfinite_rounds);
-  if (!absl::GetFlag(FLAGS_baseline)) return RunWorker(o);
+  o.progress_s = absl::GetFlag(FLAGS_progress_s);
+  if (!absl::GetFlag(FLAGS_baseline)) {
+    InstallStopHandlers();
+    o.stop_signal = &stop_signal;
+    return RunWorker(o);
+  }
   const v1::RunConfig config = RunConfigFromFlags();
   if (absl::Status s = ValidateRunConfig(config); !s.ok()) {
     std::fprintf(stderr, "muloco-worker: %s\n", s.ToString().c_str());

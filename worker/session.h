@@ -2,6 +2,7 @@
 // (RunWorker); or the single-process baseline with the same model and data (RunBaseline).
 #pragma once
 
+#include <atomic>
 #include <string>
 
 #include "common/tls.h"
@@ -24,9 +25,14 @@ struct WorkerOptions {
   std::string tls_server_name;             // name the server's certificate must carry (empty: --server's host)
   std::string token_file;                  // file holding the join token (empty: none, for open-join servers)
   uint32_t fault_nonfinite_rounds = 0;     // fault injection (tests): the first N updates get a NaN
+  double progress_s = 30;                  // log a progress line this often while a round trains (0: never)
+  // Set by main's SIGTERM/SIGINT handler to the signal's number (null: never stops). Once
+  // nonzero the worker drops the round in progress, sends Leave and exits 0.
+  const std::atomic<int>* stop_signal = nullptr;
 };
 
-// Returns a process exit code.
+// Returns a process exit code: 0 at the end of the run, after --leave_after rounds, or when
+// *stop_signal is set.
 int RunWorker(const WorkerOptions& options);
 int RunBaseline(const v1::RunConfig& config, const WorkerOptions& options);
 

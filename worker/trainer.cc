@@ -18,7 +18,8 @@ namespace muloco {
 struct Trainer::Impl {
   Impl(const v1::RunConfig& c, const Corpus* corpus, uint64_t seed)
       : config(c), corpus(corpus), model(c.model()), rng(seed) {
-    const bool use_muon = c.inner_optimizer() == "muon";
+    const RunKinds kinds = KindsOf(c);
+    const bool use_muon = kinds.inner == InnerOptimizer::kMuon;
     std::vector<torch::Tensor> matrices, decay, no_decay;
     for (size_t i = 0; i < model.layout().size(); ++i) {
       const ParamKind kind = model.layout()[i].kind;
@@ -44,9 +45,9 @@ struct Trainer::Impl {
     if (use_muon) {
       MuonOptions mo;
       mo.momentum = c.muon_momentum();
-      mo.nesterov = c.mode() != "signmuon";  // SignMuon orthogonalises the momentum EMA itself
+      mo.nesterov = kinds.mode != RunMode::kSignMuon;  // SignMuon orthogonalises the momentum EMA itself
       mo.ns_steps = static_cast<int>(c.ns_steps());
-      mo.scale = c.muon_scale() == "adamw" ? MuonScale::kMatchAdamW : MuonScale::kShape;
+      mo.scale = kinds.muon_scale;
       mo.weight_decay = c.weight_decay();
       muon = std::make_unique<Muon>(matrices, mo);
     }
@@ -148,14 +149,19 @@ double Trainer::SignDirection(const float* global, float* direction) {
 
 std::vector<std::string> Trainer::MuonTensorNames() const { return impl_->muon_names; }
 
-double Trainer::TrainRound(const float* global, uint64_t first_step, float* delta) {
+double Trainer::TrainRound(const float* global, uint64_t first_step, float* delta, const StepCallback& after_step) {
   const size_t n = num_params();
   SetParams(global);
   double loss_sum = 0;
-  for (uint32_t h = 0; h < impl_->config.inner_steps(); ++h) loss_sum += InnerStep(first_step + h);
+  uint32_t steps = 0;
+  while (steps < impl_->config.inner_steps()) {
+    loss_sum += InnerStep(first_step + steps);
+    ++steps;
+    if (after_step && !after_step(steps)) break;
+  }
   GetParams(delta);
   for (size_t i = 0; i < n; ++i) delta[i] = global[i] - delta[i];
-  return loss_sum / impl_->config.inner_steps();
+  return loss_sum / steps;
 }
 
 double Trainer::Evaluate(const float* flat) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,9 +30,13 @@ class Trainer {
   // The same step on a given batch: batch_size rows of context + 1 tokens, row-major.
   double InnerStepOn(const std::vector<int64_t>& tokens, uint64_t step);
 
+  // Called after each inner step with the steps done so far this round; returning false
+  // stops the round early (delta then holds a partial round, not to be pushed).
+  using StepCallback = std::function<bool(uint32_t steps_done)>;
+
   // SetParams(global), H inner steps from first_step, delta = global − local.
-  // Returns the mean training loss over the H steps.
-  double TrainRound(const float* global, uint64_t first_step, float* delta);
+  // Returns the mean training loss over the steps taken. `after_step` may be empty.
+  double TrainRound(const float* global, uint64_t first_step, float* delta, const StepCallback& after_step = nullptr);
 
   // SignMuon: one gradient at `global`; writes each tensor's direction (Muon's polar factor
   // of its momentum for hidden matrices, Adam's m_hat / (sqrt(v_hat) + eps) for the rest)

@@ -411,14 +411,14 @@ class Names(ClusterTest):
 
     def test_names_cannot_forge_log_lines(self):
         server, addr = self.start_server(*TINY)
-        forged = "12:00:00.000 [server] round 9 closed (final)"
+        forged = "2026-01-01T12:00:00.000Z INFO [server] round 9 closed"  # names keep 64 chars
         for name in ("evil\n" + forged, "bell\x07esc\x1b[2Jnul\x00end\r"):
             peer = Peer(addr)
             peer.join(name=name)
             self.assertEqual(self.joined_as(server, peer.id), re.sub(r"[^A-Za-z0-9._:@+-]", "_", name) + "@open")
         self.assertEqual(code_of(Peer(addr).join, name="y" * 257), grpc.StatusCode.INVALID_ARGUMENT)
         text = server.text()
-        self.assertNotRegex(text, r"(?m)^12:00:00\.000 \[server\]")
+        self.assertNotRegex(text, r"(?m)^2026-01-01T12:00:00\.000Z INFO \[server\]")
         for c in "\x1b\x07\x00\r":
             self.assertNotIn(c, text)
 

@@ -1,0 +1,143 @@
+"""Operating a worker: readable progress while a round trains (--progress_s), the end-of-run
+summary table, and graceful stops: SIGTERM / SIGINT make a worker send Leave and exit 0,
+without pushing a half-trained round, even while it waits on a round's long poll."""
+import datetime
+import re
+import signal
+import time
+import unittest
+
+from harness import TINY, ClusterTest
+
+# "2026-12-03T16:20:01.123Z INFO [worker w0] message"
+LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z (INFO|WARN|ERROR) \[([^\]]*)\] (.*)$", re.M)
+PROGRESS = re.compile(r"round (\d+): step (\d+)/(\d+) \((\d+)%\), ([\d.]+) tokens/s, ([\d.]+) s in, "
+                      r"local training ends in ([\d.]+) s \(at (\d\d:\d\d:\d\d)Z\)$")
+TOKENS_PER_STEP = 8 * 32  # TINY: batch 8, context 32
+
+
+def lines(proc, tag=None):
+    """[(utc datetime, level, tag, message)] of a process log, every line checked for shape."""
+    text = proc.text()
+    out = []
+    for raw in text.splitlines():
+        m = LINE.match(raw)
+        if m is None:
+            continue  # e.g. a library's own stderr
+        when = datetime.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%f")
+        if tag is None or m.group(3) == tag:
+            out.append((when, m.group(2), m.group(3), m.group(4)))
+    return out
+
+
+class Progress(ClusterTest):
+    def test_progress_lines_while_a_round_trains(self):
+        server, addr = self.start_server(*TINY, "--rounds=2", "--inner_steps=200")
+        w = self.start_worker(addr, "--name=w0", "--progress_s=0.2", name="w0")
+        self.assertEqual(w.wait(timeout=300), 0, w.text())
+        log = lines(w, "worker w0")
+        self.assertTrue(log, w.text())
+        self.assertFalse(re.search(r"\[worker \d+\]", w.text()), "workers are tagged by name, not id")
+        self.assertEqual(server.wait(timeout=60), 0, server.text())
+
+        for rnd in (0, 1):
+            progress = [(when, PROGRESS.match(msg)) for when, _, _, msg in log
+                        if PROGRESS.match(msg) and PROGRESS.match(msg).group(1) == str(rnd)]
+            self.assertGreaterEqual(len(progress), 2, w.text())
+            closed = [when for when, _, _, msg in log if msg.startswith(f"round {rnd}: train_loss")]
+            self.assertEqual(len(closed), 1, w.text())
+            steps = [int(m.group(2)) for _, m in progress]
+            self.assertEqual(steps, sorted(set(steps)), "steps strictly increase")
+            self.assertLess(steps[-1], 200)
+            for when, m in progress:
+                done, total, pct = int(m.group(2)), int(m.group(3)), int(m.group(4))
+                rate, elapsed, eta = float(m.group(5)), float(m.group(6)), float(m.group(7))
+                self.assertEqual(total, 200)
+                self.assertAlmostEqual(pct, 100 * done / total, delta=1)
+                self.assertGreaterEqual(elapsed, 0.15)  # not before the first period
+                # tokens/s follows from the steps done in the time elapsed (printed to 0.1 s),
+                # and the ETA from that rate.
+                self.assertGreaterEqual(rate, done * TOKENS_PER_STEP / (elapsed + 0.051))
+                self.assertLessEqual(rate, done * TOKENS_PER_STEP / (elapsed - 0.051))
+                self.assertAlmostEqual(eta, (total - done) * TOKENS_PER_STEP / rate, delta=0.06 + 0.01 * eta)
+                # The predicted end lands near the real one (the round's line, after push and
+                # await): within half the round's length, plus a second for slow early steps.
+                predicted = when + datetime.timedelta(seconds=eta)
+                round_s = elapsed + eta
+                self.assertLess(abs((predicted - closed[0]).total_seconds()), 0.5 * round_s + 1.0, m.group(0))
+                clock = datetime.datetime.strptime(m.group(8), "%H:%M:%S").time()
+                drift = abs((datetime.datetime.combine(predicted.date(), clock) - predicted).total_seconds())
+                self.assertLess(min(drift, 86400 - drift), 1.5, m.group(0))
+
+        # The summary table follows the final line.
+        text = w.text()
+        self.assertRegex(text, r"final: val_loss [\d.]+ \(start [\d.]+\) after 2 rounds")
+        self.assertRegex(text, r"summary: rounds +2\n")
+        self.assertRegex(text, rf"summary: tokens +{2 * 200 * TOKENS_PER_STEP} \(\d+ tokens/s while training")
+        up = re.search(r"summary: up +(\d+) bytes \(([\d.]+)x smaller than dense fp32\)", text)
+        self.assertIsNotNone(up, text)
+        self.assertEqual(int(up.group(1)), sum(int(b) for b in re.findall(r"train_loss [\d.]+, up (\d+) bytes", text)))
+        self.assertGreater(float(up.group(2)), 1)
+        self.assertRegex(text, r"summary: down +\d+ bytes \([\d.]+x smaller than dense fp32\)")
+        losses = self.val_losses(w)
+        self.assertRegex(text, rf"summary: val_loss +{losses[0]:.4f} first, {losses[2]:.4f} last")
+        self.assertRegex(text, r"summary: wall time +[\d.]+ s \([\d.]+ s training\)")
+
+    def test_no_progress_lines_by_default_on_short_runs(self):
+        server, addr = self.start_server(*TINY, "--rounds=2", "--inner_steps=12")
+        w = self.start_worker(addr, "--name=quiet", name="quiet")
+        self.assertEqual(w.wait(timeout=120), 0, w.text())
+        self.assertNotRegex(w.text(), r"step \d+/\d+")
+        self.assertRegex(w.text(), r"\[worker quiet\] round 1: train_loss")
+        self.assertRegex(w.text(), r"summary: rounds +2")
+
+
+class GracefulStop(ClusterTest):
+    def worker_id(self, worker):
+        return int(self.wait_for(worker, r"joined .* \(id (\d+)\) at round", timeout=60).group(1))
+
+    def assert_left(self, server, worker, worker_id, sig_name, within_s=5):
+        start = time.time()
+        self.assertEqual(worker.wait(timeout=within_s + 5), 0, worker.text())
+        self.assertLess(time.time() - start, within_s, worker.text())
+        self.wait_for(server, rf"worker {worker_id} left", timeout=5)
+        self.assertRegex(worker.text(), rf"\[worker w0\] leaving: {sig_name}")
+        self.assertNotRegex(worker.text(), r"ERROR")
+
+    def test_sigterm_after_a_round_leaves_and_exits_zero(self):
+        server, addr = self.start_server(*TINY, "--rounds=1000", "--inner_steps=20")
+        w = self.start_worker(addr, "--name=w0", name="w0")
+        wid = self.worker_id(w)
+        self.wait_for(server, r"round 0 closed", timeout=120)
+        w.p.send_signal(signal.SIGTERM)
+        self.assert_left(server, w, wid, "SIGTERM")
+        self.assertRegex(w.text(), r"summary: rounds +\d+")
+        self.assertIsNone(server.p.poll(), "the server keeps serving")
+
+    def test_sigterm_mid_round_drops_the_partial_round(self):
+        # One worker, quorum 1: a push would close round 0 at once, so no "round 0 closed"
+        # after the worker has left means the half-trained round never went out.
+        server, addr = self.start_server(*TINY, "--rounds=10", "--inner_steps=100000")
+        w = self.start_worker(addr, "--name=w0", "--progress_s=0.1", name="w0")
+        wid = self.worker_id(w)
+        self.wait_for(w, r"round 0: step \d+/100000", timeout=60)
+        w.p.send_signal(signal.SIGTERM)
+        self.assert_left(server, w, wid, "SIGTERM")
+        self.assertNotRegex(server.text(), r"round 0 closed")
+
+    def test_sigint_while_awaiting_a_round_cancels_the_long_poll(self):
+        # Quorum 2 with one worker: after its push the worker waits in AwaitRound, which the
+        # server holds for up to --max_await_s=30; the stop must not wait that long.
+        server, addr = self.start_server(*TINY, "--rounds=10", "--inner_steps=5", "--min_quorum=2",
+                                         "--round_timeout_s=300", "--max_await_s=30")
+        w = self.start_worker(addr, "--name=w0", name="w0")
+        wid = self.worker_id(w)
+        self.wait_for(w, r"eval: round 0", timeout=60)
+        time.sleep(2)  # 5 tiny steps take well under a second: the worker is now in the long poll
+        w.p.send_signal(signal.SIGINT)
+        self.assert_left(server, w, wid, "SIGINT", within_s=4)
+        self.assertNotRegex(w.text(), r"round 0: train_loss")
+
+
+if __name__ == "__main__":
+    unittest.main()
