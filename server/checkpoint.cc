@@ -121,7 +121,7 @@ absl::StatusOr<ServerState> LoadNewestCheckpoint(const std::string& dir) {
     absl::StatusOr<std::string> bytes = ReadFile(path);
     absl::StatusOr<ServerState> s = bytes.ok() ? ParseCheckpoint(*bytes) : bytes.status();
     if (s.ok()) return s;
-    Logf("server", "skipping checkpoint %s: %s", path.c_str(), std::string(s.status().message()).c_str());
+    LogWarn("server", "skipping checkpoint %s: %s", path.c_str(), std::string(s.status().message()).c_str());
   }
   return absl::NotFoundError(absl::StrCat("no usable checkpoint in ", dir));
 }

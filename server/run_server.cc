@@ -174,7 +174,7 @@ int RunServer(ServerOptions o, const std::atomic<bool>* stop, std::atomic<bool>*
       if (s.ok()) {
         Logf("server", "checkpoint at round %llu written (%.1f ms)", static_cast<unsigned long long>(st.open_round), ms);
       } else {
-        Logf("server", "checkpoint at round %llu FAILED: %s", static_cast<unsigned long long>(st.open_round),
+        LogError("server", "checkpoint at round %llu FAILED: %s", static_cast<unsigned long long>(st.open_round),
              s.ToString().c_str());
       }
     };

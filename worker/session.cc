@@ -17,7 +17,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <mutex>
@@ -27,6 +26,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
+#include "common/file_io.h"
 #include "common/codec.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -41,11 +41,10 @@
 namespace muloco {
 namespace {
 
-bool SaveParams(const std::string& path, const std::vector<float>& p) {
-  if (path.empty()) return true;
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(p.data()), static_cast<std::streamsize>(p.size() * sizeof(float)));
-  return static_cast<bool>(out);
+// Writes p (raw fp32) to path atomically; nothing when path is empty.
+absl::Status SaveParams(const std::string& path, const std::vector<float>& p) {
+  if (path.empty()) return absl::OkStatus();
+  return WriteFileAtomic(path, absl::string_view(reinterpret_cast<const char*>(p.data()), p.size() * sizeof(float)));
 }
 
 absl::StatusOr<Corpus> LoadData(const WorkerOptions& o, const v1::RunConfig& c) {
@@ -397,7 +396,7 @@ int WorkerSession::Run() {
   const ParamLayout layout = GptLayout(config_.model());
   const size_t n = TotalParams(layout);
   const std::vector<Segment> uplink = PlanSegments(CodecShapes(layout), *ParseCodec(config_.uplink_codec()));
-  const bool signmuon = config_.mode() == "signmuon";
+  const bool signmuon = KindsOf(config_).mode == RunMode::kSignMuon;
   auto heartbeat = std::make_unique<HeartbeatThread>(&client_, &id_, o_.heartbeat_s, [this] {
     std::lock_guard<std::mutex> lock(stats_mu_);
     return ToReport(stats_);
@@ -538,7 +537,7 @@ int WorkerSession::Run() {
   evaluate(pub_.round);
   heartbeat.reset();
   client_.Leave(id_.load()).IgnoreError();
-  if (!SaveParams(o_.save_final, pub_.params)) return Fail(absl::UnavailableError("cannot write " + o_.save_final));
+  if (absl::Status s = SaveParams(o_.save_final, pub_.params); !s.ok()) return Fail(s);
   Logf(tag_.c_str(),
        "final: val_loss %.4f (start %.4f) after %llu rounds; up %llu bytes, down %llu bytes; checksum %016llx",
        last_val_, first_val_, static_cast<unsigned long long>(stats_.rounds_done),
@@ -556,10 +555,9 @@ int RunWorker(const WorkerOptions& o) {
   }
   std::string token;
   if (!o.token_file.empty()) {
-    std::ifstream in(o.token_file);
-    std::getline(in, token);
-    token = std::string(absl::StripAsciiWhitespace(token));
-    if (!in || token.empty()) {
+    absl::StatusOr<std::string> text = ReadFile(o.token_file);
+    if (text.ok()) token = std::string(absl::StripAsciiWhitespace(text->substr(0, text->find('\n'))));
+    if (token.empty()) {
       std::fprintf(stderr, "muloco-worker: --token_file=%s: cannot read a token there\n", o.token_file.c_str());
       return 2;
     }
@@ -595,7 +593,10 @@ int RunBaseline(const v1::RunConfig& config, const WorkerOptions& o) {
   const double tokens = static_cast<double>(config.total_rounds()) * config.inner_steps() * config.batch_size() *
                         config.model().context();
   trainer.GetParams(params.data());
-  if (!SaveParams(o.save_final, params)) return 1;
+  if (absl::Status s = SaveParams(o.save_final, params); !s.ok()) {
+    LogError("baseline", "%s", s.ToString().c_str());
+    return 1;
+  }
   Logf("baseline", "final: val_loss %.4f (start %.4f), %.0f tokens/s", last_val, first_val, tokens / secs);
   return 0;
 }
