@@ -63,14 +63,16 @@ class Config(ClusterTest):
         self.assertIn("outer_momentum: 0\n", first)
         self.assertEqual(run(SERVER_BIN, f"--config={saved}", "--preset=muloco", "--print_config").returncode, 0)
 
-    def test_the_run_uses_the_file(self):
-        conf = self.write("run.textproto", "inner_steps: 7\nouter_momentum: 0.25\nrounds: 2\n".replace("rounds", "total_rounds"))
-        server, addr = self.start_server(*TINY, f"--config={conf}", "--linger_s=1")
+    def test_the_run_uses_the_file_and_the_flagfile(self):
+        conf = self.write("run.textproto", "inner_steps: 7\nouter_momentum: 0.25\ntotal_rounds: 2\n")
+        flagfile = self.write("server.flags", f"--config={conf}\n--outer_momentum=0.35\n")
+        server, addr = self.start_server(*TINY, f"--flagfile={flagfile}", "--linger_s=1")
         worker = self.start_worker(addr, "--name=w")
         self.assertEqual(worker.wait(timeout=120), 0, worker.text())
         self.assertEqual(server.wait(timeout=60), 0, server.text())
-        self.assertRegex(server.text(), r"H=7 rounds=2 .* m=0\.25 ")
-        self.assertRegex(worker.text(), r"joined .* H=7 rounds=2 .* m=0\.25 ")
+        # H from the file, momentum from the flagfile's flag (over the file), as logged.
+        self.assertRegex(server.text(), r"H=7 rounds=2 .* m=0\.35 ")
+        self.assertRegex(worker.text(), r"joined .* H=7 rounds=2 .* m=0\.35 ")
 
     def test_resume_applies_more_rounds_and_refuses_unsafe_changes(self):
         ckpt = f"--checkpoint_dir={self.path('ckpt')}"
