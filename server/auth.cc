@@ -4,6 +4,10 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -21,7 +25,18 @@ std::string NewKey() {
   size_t got = 0;
   while (got < sizeof raw) {
     const ssize_t r = getrandom(raw + got, sizeof raw - got, 0);
-    if (r > 0) got += static_cast<size_t>(r);
+    if (r > 0) {
+      got += static_cast<size_t>(r);
+    } else if (errno != EINTR) {  // no getrandom (old kernel, seccomp): the device instead
+      std::FILE* f = std::fopen("/dev/urandom", "rb");
+      const bool ok = f && std::fread(raw, 1, sizeof raw, f) == sizeof raw;
+      if (f) std::fclose(f);
+      if (!ok) {
+        LogError("server", "no source of randomness for session keys (getrandom, /dev/urandom)");
+        std::abort();  // the host, not a peer: serving with guessable keys would be worse
+      }
+      got = sizeof raw;
+    }
   }
   return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(raw), sizeof raw));
 }
@@ -81,8 +96,19 @@ absl::Status Auth::Reload(bool force) {
     file_size_ = st.st_size;
   }
   absl::StatusOr<std::string> text = ReadFile(path);
+  struct stat after;
+  if (stat(path.c_str(), &after) != 0 || after.st_size != st.st_size ||
+      after.st_mtim.tv_sec != st.st_mtim.tv_sec || after.st_mtim.tv_nsec != st.st_mtim.tv_nsec) {
+    std::lock_guard<std::mutex> lock(mu_);
+    file_mtime_ns_ = -1;  // caught mid-write: read it again next time
+    return absl::UnavailableError(absl::StrCat("token file ", path, " changed while being read; retrying"));
+  }
   absl::StatusOr<std::map<std::string, std::string>> parsed =
       text.ok() ? ParseTokenFile(*text) : absl::StatusOr<std::map<std::string, std::string>>(text.status());
+  if (parsed.ok() && parsed->empty() && !options_.open_join) {
+    // Most likely a file caught truncated; revoking everyone takes a restart instead.
+    parsed = absl::InvalidArgumentError("no tokens in it (without --open_join nobody could join)");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (!parsed.ok()) {
     ++stats_.token_reload_errors;
@@ -115,10 +141,10 @@ absl::StatusOr<std::string> Auth::Admit(const std::string& token) {
     label = it->second;
   }
   const double now = clock_->Now();
-  size_t of_token = 0;
+  size_t of_token = reserved_[token];  // admitted, session not yet open
   for (const auto& [id, s] : sessions_) of_token += s.token == token;
   std::deque<double>& token_joins = token_joins_[token];
-  const char* limit = sessions_.size() >= options_.max_workers          ? "live workers"
+  const char* limit = sessions_.size() + reserved_total_ >= options_.max_workers ? "live workers"
                       : of_token >= options_.max_workers_per_token      ? "live workers of this token"
                       : !RateOk(&joins_, options_.max_joins_per_minute, now) ? "joins per minute"
                       : !RateOk(&token_joins, options_.max_joins_per_token_per_minute, now)
@@ -130,11 +156,18 @@ absl::StatusOr<std::string> Auth::Admit(const std::string& token) {
   }
   joins_.push_back(now);
   token_joins.push_back(now);
+  ++reserved_[token];
+  ++reserved_total_;
   return label;
 }
 
 std::string Auth::Open(uint64_t worker_id, const std::string& token) {
   std::lock_guard<std::mutex> lock(mu_);
+  auto reserved = reserved_.find(token);
+  if (reserved != reserved_.end() && reserved->second > 0) {
+    if (--reserved->second == 0) reserved_.erase(reserved);
+    --reserved_total_;
+  }
   Session& s = sessions_[worker_id];
   s.key = NewKey();
   s.token = token;

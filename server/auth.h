@@ -50,11 +50,14 @@ class Auth {
   static absl::StatusOr<std::unique_ptr<Auth>> Create(AuthOptions options, const Clock* clock);
 
   // Re-reads the token file when its modification time or size changed (always when
-  // `force`). A file that fails to parse keeps the previous tokens (the error is returned).
+  // `force`). A file that fails to parse, holds no tokens (unless open_join) or changes
+  // while being read keeps the previous tokens (the error is returned; the next call reads
+  // it again).
   absl::Status Reload(bool force);
 
   // Join admission for `token`: UNAUTHENTICATED (none given), PERMISSION_DENIED (unknown),
-  // RESOURCE_EXHAUSTED (a join rate or worker limit). Returns the token's label.
+  // RESOURCE_EXHAUSTED (a join rate or worker limit). Returns the token's label and holds a
+  // place among the live workers until Open(…, token) takes it.
   absl::StatusOr<std::string> Admit(const std::string& token);
   // Opens the session of a worker the engine just joined; returns its key (32 hex digits).
   std::string Open(uint64_t worker_id, const std::string& token);
@@ -107,6 +110,8 @@ class Auth {
   std::map<uint64_t, Session> sessions_;               // guarded by mu_
   std::deque<double> joins_;                           // guarded by mu_; admission times, last minute
   std::map<std::string, std::deque<double>> token_joins_;  // guarded by mu_
+  std::map<std::string, size_t> reserved_;             // guarded by mu_; admitted, not yet opened, by token
+  size_t reserved_total_ = 0;                          // guarded by mu_
   AuthStats stats_;                                    // guarded by mu_
 };
 

@@ -47,7 +47,7 @@ ABSL_FLAG(double, idle_timeout_s, 60, "Cancel a stream that moves no chunk for t
 ABSL_FLAG(double, max_await_s, 30, "One AwaitRound call waits this long at most (the worker asks again)");
 ABSL_FLAG(uint32_t, transport_memory_mb, 256,
           "Memory gRPC's transport may hold for incoming data (an oversized message is cut off here)");
-ABSL_FLAG(uint32_t, max_threads, 512, "gRPC handler threads at most (further calls: RESOURCE_EXHAUSTED)");
+ABSL_FLAG(uint32_t, max_threads, 4096, "gRPC handler threads at most (further calls: RESOURCE_EXHAUSTED)");
 ABSL_FLAG(std::string, metrics_listen, "",
           "Serve Prometheus metrics at http://ADDRESS/metrics, e.g. 0.0.0.0:9090 (port 0 picks one; empty: off)");
 

@@ -107,47 +107,62 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
   }
   member->second.last_seen = clock_->Now();
   const bool vote = options_.aggregation == Aggregation::kVote;
-  // Validates into scratch_ (kMean: the decoded Δ, for its norm) or a throwaway count buffer.
-  auto validate = [&]() -> absl::Status {
+  Member& m = member->second;
+  // Validates into scratch_ (kMean: the decoded Δ, for its norm) or `counts` (kVote).
+  auto validate = [&](int32_t* counts) -> absl::Status {
     if (!options_.uplink.empty()) {
       if (absl::Status s = CheckPlan(payload, options_.uplink); !s.ok()) return s;
     }
-    if (vote) return VoteAccumulate(payload, num_params_, votes_.data());
+    if (vote) return VoteAccumulate(payload, num_params_, counts);
     std::fill(scratch_.begin(), scratch_.end(), 0.0f);
     return DecodeAccumulate(payload, num_params_, scratch_.data());
   };
+  if (!done_ && round + 1 == m.next_round) {
+    // Its push of this round was accepted and closed the round; the reply was lost.
+    ++stats_.rejected_duplicate;
+    return absl::AlreadyExistsError(absl::StrCat("worker ", worker_id, " already pushed round ", round, " (closed)"));
+  }
   if (done_ || round != open_round_) {
     ++stats_.rejected_wrong_round;
-    // A valid update that came too late still proves the worker is training: expect it next
-    // round, so that a slower joiner is not left racing every round's close.
-    if (!done_ && round < open_round_ && !vote) {
-      if (absl::Status s = validate(); !s.ok()) {
+    // A valid update for the round that just closed proves the worker is training: it is
+    // expected from the next round on, so a slower worker is not left racing every close.
+    // Each missed round doubles the wait before a late push may prove it again, so an id
+    // that proves itself and then never pushes in time holds few rounds open.
+    if (!done_ && round + 1 == open_round_ && open_round_ >= m.reprove_after) {
+      std::vector<int32_t> counts(vote ? num_params_ : 0);
+      if (absl::Status s = validate(counts.data()); !s.ok()) {
         --stats_.rejected_wrong_round;  // counted as what it is
         ++stats_.rejected_bad_payload;
         return s;
       }
-      member->second.proven = true;
-      if (pushed_.empty()) expected_.insert(worker_id);
+      m.proven = true;
     }
     return absl::FailedPreconditionError(
         done_ ? "the run is over"
               : absl::StrCat("push for round ", round, " but round ", open_round_, " is open; fetch the model"));
   }
+  if (!vote && pending_bytes_ + payload.size() > options_.max_round_bytes) {
+    ++stats_.rejected_round_full;
+    return absl::ResourceExhaustedError(absl::StrCat("this round already holds ", pending_bytes_,
+                                                     " payload bytes; retry in the next round"));
+  }
   if (pushed_.count(worker_id)) {
     ++stats_.rejected_duplicate;
     return absl::AlreadyExistsError(absl::StrCat("worker ", worker_id, " already pushed round ", round));
   }
-  if (const absl::Status s = validate(); !s.ok()) {
+  if (const absl::Status s = validate(votes_.data()); !s.ok()) {
     ++stats_.rejected_bad_payload;
     return s;
   }
   if (!vote) {
     double sq = 0;
     for (float v : scratch_) sq += static_cast<double>(v) * v;
-    pending_.push_back(Pending{worker_id, member->second.name, std::string(payload), std::sqrt(sq)});
+    pending_.push_back(Pending{worker_id, m.name, std::string(payload), std::sqrt(sq)});
+    pending_bytes_ += payload.size();
   }
-  member->second.proven = true;
-  member->second.next_round = round + 1;
+  m.proven = true;
+  m.misses = 0;
+  m.next_round = round + 1;
   pushed_.insert(worker_id);
   if (first_push_time_ < 0) first_push_time_ = clock_->Now();
   ++stats_.pushes_accepted;
@@ -200,6 +215,7 @@ size_t RoundEngine::SumScreenedLocked() {
   const size_t count = summed.size();
   screen_.Remember(std::move(summed));
   pending_.clear();
+  pending_bytes_ = 0;
   return count;
 }
 
@@ -283,9 +299,12 @@ void RoundEngine::CloseRoundLocked() {
   round_bytes_up_ = 0;
   std::fill(sum_.begin(), sum_.end(), 0.0f);
   first_push_time_ = -1;
-  for (uint64_t id : expected_) {  // missed this round: not waited for until it pushes again
+  for (uint64_t id : expected_) {  // missed this round: not waited for until it proves itself again
     auto m = members_.find(id);
-    if (m != members_.end() && !pushed_.count(id)) m->second.proven = false;
+    if (m == members_.end() || pushed_.count(id)) continue;
+    m->second.proven = false;
+    m->second.misses = std::min<uint32_t>(m->second.misses + 1, 20);
+    m->second.reprove_after = open_round_ + (uint64_t{1} << m->second.misses);
   }
   pushed_.clear();
   expected_.clear();

@@ -5,10 +5,12 @@
 // A round r is open until it closes; it closes when at least max(1, min_quorum) workers
 // have pushed and either every expected worker has pushed or round_timeout_s has passed
 // since the round's first push. Expected workers are the proven ones live when the round
-// opened: a worker is proven by a valid push (accepted, or valid but late: then it is also
-// expected in the open round if no push has arrived yet) and loses it by missing a round
-// that closed without it, so ids that join and never push (sybils) cannot make rounds wait.
-// A joiner in a running run may push at once but is waited for only once proven. While no live worker is proven (a cold start), every live worker and
+// opened: a worker is proven by an accepted push, or by a valid push for the round that
+// just closed (then it is expected from the next round on); it loses it by missing a round
+// it was expected in, and each such miss doubles the rounds before a late push may prove
+// it again. So ids that join and never push (sybils) cannot make rounds wait, and one that
+// proves itself and then stalls holds only logarithmically few rounds open. A joiner in a
+// running run may push at once but is waited for only once proven. While no live worker is proven (a cold start), every live worker and
 // every joiner before the round's first push is expected. Anyone joined may push.
 // Closing: each pushed Δ is screened (server/screen.h: clipped or left out when its norm is
 // far above the round's robust statistics); g = mean of the screened Δ (or the majority
@@ -64,6 +66,7 @@ struct EngineOptions {
   double heartbeat_timeout_s = 30;   // evict a worker silent for this long
   uint64_t total_rounds = 0;         // the run ends after this many rounds (0: never)
   size_t keep_rounds = 8;            // closed rounds kept for late AwaitRound calls
+  uint64_t max_round_bytes = uint64_t{4} << 30;  // payload bytes held for one round's screening (kMean)
   std::vector<Segment> downlink;     // downlink encoding (empty: one dense fp32 segment)
   std::vector<Segment> uplink;       // the run's uplink codec: pushes in any other are refused (empty: any)
   OuterSgdOptions outer;
@@ -106,7 +109,7 @@ struct EngineStats {
   uint64_t joins = 0, leaves = 0, evictions = 0, rounds_closed = 0;
   uint64_t pushes_accepted = 0, bytes_up = 0, bytes_down = 0;
   uint64_t rejected_unknown_worker = 0, rejected_wrong_round = 0, rejected_duplicate = 0,
-           rejected_bad_payload = 0;
+           rejected_bad_payload = 0, rejected_round_full = 0;
   uint64_t downlink_resets = 0;  // rounds whose step was discarded because the downlink failed its check
   uint64_t stragglers = 0;       // expected workers missing when a round closed, summed over rounds
   uint32_t last_contributors = 0, last_expected = 0;  // of the last closed round
@@ -150,8 +153,9 @@ class RoundEngine {
 
   // Validates and accumulates one worker's payload for `round`. NOT_FOUND (unknown worker),
   // FAILED_PRECONDITION (not the open round, or the run is over: resync), ALREADY_EXISTS
-  // (second push in a round), INVALID_ARGUMENT (bad payload). A rejected push changes
-  // nothing but the counters.
+  // (second push in a round, also once that round closed), INVALID_ARGUMENT (bad payload),
+  // RESOURCE_EXHAUSTED (the round holds max_round_bytes of payloads). A rejected push
+  // changes nothing but the counters (and a worker's proof, see above).
   absl::Status Push(uint64_t worker_id, uint64_t round, absl::string_view payload);
 
   // The update that closed `round`, waiting up to wait_s for the open round to close
@@ -183,6 +187,8 @@ class RoundEngine {
     bool reported = false;
     WorkerStats stats;    // the last Report
     uint64_t next_round = 0;  // the round after its last accepted push
+    uint32_t misses = 0;      // rounds in a row it was expected in and missed
+    uint64_t reprove_after = 0;  // the first open round in which a late push proves it again
   };
   // A validated push waiting for the round to close (kMean): its payload and Δ's L2 norm.
   struct Pending {
@@ -223,6 +229,7 @@ class RoundEngine {
   std::vector<float> sum_;                             // guarded by mu_
   std::vector<float> scratch_;                         // guarded by mu_; one decoded Δ (kMean)
   std::vector<Pending> pending_;                       // guarded by mu_; this round's pushes, in arrival order
+  uint64_t pending_bytes_ = 0;                         // guarded by mu_
   NormScreen screen_;                                  // guarded by mu_
   std::vector<int32_t> votes_;                         // guarded by mu_ (kVote only)
   double first_push_time_ = -1;                        // guarded by mu_

@@ -214,7 +214,8 @@ int RunServer(ServerOptions o, const std::atomic<bool>* stop, std::atomic<bool>*
   // Workers ping every 10 s to notice dead links; let them, even between calls.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(so.chunk_bytes) + (1 << 16));
+  // One chunk of a push; workers chunk at 1 MiB whatever this server streams with.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::max<size_t>(so.chunk_bytes, 4 << 20)) + (1 << 16));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     std::fprintf(stderr, "muloco-server: cannot listen on %s\n", o.listen.c_str());

@@ -34,7 +34,7 @@ struct ServerOptions {
   AuthOptions auth;                     // join tokens, sessions, admission limits
   ServiceOptions service;               // chunking, per-call bounds (max_payload_bytes is set from the codec)
   uint32_t transport_memory_mb = 256;   // memory gRPC's transport may hold for incoming data
-  uint32_t max_threads = 512;           // gRPC handler threads at most
+  uint32_t max_threads = 4096;          // gRPC handler threads at most (a waiting worker holds one)
 };
 
 // Serves until the run ends (and its workers have left, or linger_s passed) or *stop turns

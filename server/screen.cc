@@ -22,7 +22,11 @@ double Median(std::vector<double> v) {
 double NormScreen::Threshold(const std::vector<double>& round_norms) const {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   if (options_.mode == Robust::kOff) return kInf;
-  std::vector<double> samples = round_norms;
+  // Zero norms (empty updates) say nothing about an honest update's size; a majority of
+  // them must not drive the threshold to zero and stop training.
+  std::vector<double> samples;
+  for (double v : round_norms)
+    if (v > 0) samples.push_back(v);
   for (const std::vector<double>& r : history_) samples.insert(samples.end(), r.begin(), r.end());
   if (samples.size() < std::max<size_t>(1, options_.min_samples)) return kInf;
   const double med = Median(samples);
@@ -34,6 +38,7 @@ double NormScreen::Threshold(const std::vector<double>& round_norms) const {
 
 void NormScreen::Remember(std::vector<double> accepted_norms) {
   if (options_.history_rounds == 0) return;
+  accepted_norms.erase(std::remove(accepted_norms.begin(), accepted_norms.end(), 0.0), accepted_norms.end());
   history_.push_back(std::move(accepted_norms));
   while (history_.size() > options_.history_rounds) history_.pop_front();
 }

@@ -31,9 +31,9 @@ class NormScreen {
   explicit NormScreen(ScreenOptions options) : options_(options) {}
 
   // The largest norm accepted unchanged in a round whose pushes have `round_norms`;
-  // +infinity when screening is off or there are too few samples to judge.
+  // +infinity when screening is off or there are too few non-zero samples to judge.
   double Threshold(const std::vector<double>& round_norms) const;
-  // Records a closed round's norms as summed (after clipping; rejected ones left out).
+  // Records a closed round's norms as summed (after clipping; rejected ones and zeros left out).
   void Remember(std::vector<double> accepted_norms);
   Robust mode() const { return options_.mode; }
 

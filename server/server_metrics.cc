@@ -32,6 +32,7 @@ std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w
       rejected("wrong_round", e.rejected_wrong_round),
       rejected("duplicate", e.rejected_duplicate),
       rejected("bad_payload", e.rejected_bad_payload),
+      rejected("round_full", e.rejected_round_full),
       {"muloco_uplink_bytes_total", "Payload bytes of accepted pushes", true, d(e.bytes_up)},
       {"muloco_downlink_payload_bytes_total", "Payload bytes of each closed round's update, counted once",
        true, d(e.bytes_down)},

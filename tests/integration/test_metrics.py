@@ -144,7 +144,7 @@ class Metrics(ClusterTest):
         self.assertEqual(list(self.query(base, "muloco_live_workers").values()), [2.0])
         rejected = self.query(base, "muloco_rejected_pushes_total")
         self.assertEqual(sorted(dict(k)["reason"] for k in rejected),
-                         ["bad_payload", "duplicate", "unknown_worker", "wrong_round"])
+                         ["bad_payload", "duplicate", "round_full", "unknown_worker", "wrong_round"])
         self.assertEqual(set(rejected.values()), {0.0})
         fetches = self.query(base, "muloco_model_fetches_total")
         self.assertEqual(list(fetches.values()), [2.0])  # one fetch per worker, nothing more

@@ -342,10 +342,12 @@ TEST(AuthAdmit, MaxWorkersCountsOpenSessions) {
   o.max_workers = 2;
   std::unique_ptr<Auth> auth = MustCreate(o, &clock);
   ASSERT_NE(auth, nullptr);
-  // Admissions without sessions do not count.
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(auth->Admit(kTokA).ok()) << i;
+  // An admission holds its place until its session opens: concurrent joins cannot overshoot.
+  ASSERT_TRUE(auth->Admit(kTokA).ok());
+  ASSERT_TRUE(auth->Admit(kTokA).ok());
+  EXPECT_EQ(auth->Admit(kTokB).status().code(), absl::StatusCode::kResourceExhausted);
   auth->Open(1, kTokA);
-  auth->Open(2, kTokB);
+  auth->Open(2, kTokA);
   EXPECT_EQ(auth->Stats().sessions, 2u);
   EXPECT_EQ(auth->Admit(kTokA).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(auth->Admit(kTokC).status().code(), absl::StatusCode::kPermissionDenied);  // unknown first
@@ -357,7 +359,7 @@ TEST(AuthAdmit, MaxWorkersCountsOpenSessions) {
   EXPECT_EQ(auth->Admit(kTokA).status().code(), absl::StatusCode::kResourceExhausted);
   auth->Close(42);  // unknown id: no effect
   EXPECT_EQ(auth->Stats().sessions, 2u);
-  EXPECT_EQ(auth->Stats().refused_join_limit, 3u);
+  EXPECT_EQ(auth->Stats().refused_join_limit, 4u);
 }
 
 TEST(AuthAdmit, MaxWorkersPerToken) {

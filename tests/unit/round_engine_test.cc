@@ -121,11 +121,18 @@ TEST(RoundEngine, DeadlineClosesRoundWithoutStraggler) {
   EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(f.engine.Snapshot().checksum, before);
   EXPECT_EQ(f.engine.Stats().rejected_wrong_round, 1u);
-  // It resyncs and is expected in the next round.
+  // Having missed a round it was expected in, it is not waited for in the next one (its
+  // late push proves it again only after a wait), but it may push while a round is open,
+  // and an accepted push makes it expected again.
   ASSERT_TRUE(f.engine.Push(a.worker_id, 1, DensePayload({0, 0, 0, 0})).ok());
-  EXPECT_EQ(f.engine.Stats().open_round, 1u);
-  ASSERT_TRUE(f.engine.Push(b.worker_id, 1, DensePayload({0, 0, 0, 0})).ok());
   EXPECT_EQ(f.engine.Stats().open_round, 2u);
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 2, DensePayload({0, 0, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 2, DensePayload({0, 0, 0, 0})).ok());
+  EXPECT_EQ(f.engine.Stats().open_round, 3u);
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 3, DensePayload({0, 0, 0, 0})).ok());
+  EXPECT_EQ(f.engine.Stats().open_round, 3u);  // waits for b
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 3, DensePayload({0, 0, 0, 0})).ok());
+  EXPECT_EQ(f.engine.Stats().open_round, 4u);
 }
 
 TEST(RoundEngine, JoinMidRunCatchesUpAndContributes) {
@@ -139,15 +146,76 @@ TEST(RoundEngine, JoinMidRunCatchesUpAndContributes) {
   // (ids that join and never push must not hold rounds open), but it may push at once.
   ASSERT_TRUE(f.engine.Push(a.worker_id, 2, DensePayload({1, 0, 0, 0})).ok());
   EXPECT_EQ(f.engine.Stats().open_round, 3u);
-  // Its valid but late push proves it: it is expected in round 3.
+  // Its valid but late push proves it: it is expected from round 4 on (round 3 opened
+  // before that push, without it).
   EXPECT_EQ(f.engine.Push(c.worker_id, 2, DensePayload({3, 0, 0, 0})).code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(f.engine.Push(a.worker_id, 3, DensePayload({1, 0, 0, 0})).ok());
-  EXPECT_EQ(f.engine.Stats().open_round, 3u);
-  ASSERT_TRUE(f.engine.Push(c.worker_id, 3, DensePayload({1.25f, 0, 0, 0})).ok());
-  auto u = f.engine.AwaitRound(3, 0);
+  EXPECT_EQ(f.engine.Stats().open_round, 4u);
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 4, DensePayload({1, 0, 0, 0})).ok());
+  EXPECT_EQ(f.engine.Stats().open_round, 4u);  // waits for c now
+  ASSERT_TRUE(f.engine.Push(c.worker_id, 4, DensePayload({1.25f, 0, 0, 0})).ok());
+  auto u = f.engine.AwaitRound(4, 0);
   ASSERT_TRUE(u.ok());
   EXPECT_EQ(u->contributors, 2u);
-  EXPECT_FLOAT_EQ((*f.engine.Snapshot().params)[0], 1.0f - 1 - 1 - 1 - 1.125f);
+  EXPECT_FLOAT_EQ((*f.engine.Snapshot().params)[0], 1.0f - 1 - 1 - 1 - 1 - 1.125f);
+}
+
+TEST(RoundEngine, APushWhoseReplyWasLostIsADuplicateNotAStaleRound) {
+  Fixture f;
+  auto a = f.engine.Join("a");
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 0, 0, 0})).ok());  // closes round 0
+  // The worker retries (its reply was lost): the server has it, error feedback must stay committed.
+  EXPECT_EQ(f.engine.Push(a.worker_id, 0, DensePayload({1, 0, 0, 0})).code(), absl::StatusCode::kAlreadyExists);
+}
+
+TEST(RoundEngine, AStallingProvenIdHoldsFewRoundsOpen) {
+  Fixture f;
+  auto a = f.engine.Join("a"), s = f.engine.Join("stall");
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 0, 0, 0})).ok());
+  auto wait_out = [&] {  // past the round's deadline; both stay alive
+    f.clock.Advance(11);
+    f.engine.Heartbeat(a.worker_id).IgnoreError();
+    f.engine.Heartbeat(s.worker_id).IgnoreError();
+    f.engine.Tick();
+  };
+  wait_out();  // round 0's deadline: s missed it
+  int held_open = 0;
+  for (uint64_t r = 1; r < 40; ++r) {
+    // s proves itself with a valid push for the round that just closed, whenever it may...
+    EXPECT_EQ(f.engine.Push(s.worker_id, r - 1, DensePayload({0, 0, 0, 0})).code(),
+              absl::StatusCode::kFailedPrecondition);
+    ASSERT_TRUE(f.engine.Push(a.worker_id, r, DensePayload({0, 0, 0, 0})).ok());
+    if (f.engine.Stats().open_round == r) {  // ...and then stalls the rounds it is expected in
+      ++held_open;
+      wait_out();
+    }
+    ASSERT_EQ(f.engine.Stats().open_round, r + 1);
+  }
+  EXPECT_EQ(held_open, 4);  // rounds 4, 10, 20, 38: waits of 4, 8, 16 rounds between its chances
+}
+
+TEST(RoundEngine, ZeroUpdatesCannotStopTrainingThroughScreening) {
+  Fixture f;
+  auto a = f.engine.Join("a"), z1 = f.engine.Join("zero1"), z2 = f.engine.Join("zero2");
+  for (uint64_t r = 0; r < 3; ++r) {
+    ASSERT_TRUE(f.engine.Push(z1.worker_id, r, DensePayload({0, 0, 0, 0})).ok());
+    ASSERT_TRUE(f.engine.Push(z2.worker_id, r, DensePayload({0, 0, 0, 0})).ok());
+    ASSERT_TRUE(f.engine.Push(a.worker_id, r, DensePayload({0, 3, 0, 0})).ok());
+  }
+  // Zeros are left out of the statistics: a's update is applied, not clipped to zero.
+  EXPECT_FLOAT_EQ((*f.engine.Snapshot().params)[1], 1.0f - 3 * 1.0f);
+}
+
+TEST(RoundEngine, ARoundHoldsBoundedPayloadBytes) {
+  EngineOptions o = Fixture::Defaults();
+  o.max_round_bytes = 150;  // one 4-float dense payload is 80 bytes
+  o.min_quorum = 3;
+  Fixture f(o, 4);
+  auto a = f.engine.Join("a"), b = f.engine.Join("b"), c = f.engine.Join("c");
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 0, 0, 0})).ok());
+  EXPECT_EQ(f.engine.Push(b.worker_id, 0, DensePayload({1, 0, 0, 0})).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(f.engine.Stats().rejected_round_full, 1u);
+  (void)c;
 }
 
 TEST(RoundEngine, SybilsThatNeverPushAreNotWaitedFor) {
