@@ -274,7 +274,7 @@ void RunKernels(uint64_t n, int repeats) {
       {"MeanAbs", 4, [&] { for (size_t c = 0; c < nc; ++c) lut[0] += kc::MeanAbs(x.data() + c * kChunk, kChunk); }},
       {"SignPack", 4,
        [&] {
-         for (size_t c = 0; c < nc; ++c) kc::SignPack(x.data() + c * kChunk, kChunk, signs.data() + c * kChunk / 8);
+         for (size_t c = 0; c < nc; ++c) kc::SignPack(x.data() + c * kChunk, kChunk, c * kChunk, signs.data() + c * kChunk / 8);
        }},
       {"EfUpdate (beta 1)", 4,
        [&] {

@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
       {"linear quantize 2-bit", [&] { cuda::LinearQuantizeChunks(x, n, chunk, 2, lut, scale, codes, nullptr); }},
       {"pack codes 2-bit", [&] { cuda::PackCodes(codes, n, 2, packed, nullptr); }},
       {"dequantize-accumulate", [&] { cuda::DequantizeAccumulateChunks(lut, codes, n, chunk, 2, y, nullptr); }},
-      {"sign pack", [&] { cuda::SignPack(x, n, packed, nullptr); }},
+      {"sign pack", [&] { cuda::SignPack(x, n, 1, packed, nullptr); }},
       {"vote accumulate", [&] { cuda::VoteAccumulate(packed, n, counts, nullptr); }},
       {"error feedback", [&] { cuda::EfUpdate(y, x, n, 0.9f, nullptr); }},
       {"top-k 32/4096", [&] { cuda::TopKChunks(x, n, chunk, 32, idx, nullptr); }},

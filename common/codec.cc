@@ -115,8 +115,9 @@ bool AllInRange(const char* p, uint64_t count) {
 
 // --- encoding ----------------------------------------------------------------------------
 
-// Encodes one segment of ef (updating it with delta first, if given) into dst.
-void CompressSegment(const Segment& s, const float* delta, float beta, float* e, char* dst) {
+// Encodes one segment of ef (updating it with delta first, if given) into dst. `tie_seed`:
+// the sign coins of this segment's zero elements start at it (kernels/sign.h).
+void CompressSegment(const Segment& s, const float* delta, float beta, float* e, char* dst, uint64_t tie_seed) {
   const uint64_t n = s.numel;
   auto update = [&](uint64_t off, uint64_t len) {
     if (delta) kc::EfUpdate(e + off, delta + off, len, beta);
@@ -211,7 +212,7 @@ void CompressSegment(const Segment& s, const float* delta, float beta, float* e,
         const float scale = kc::MeanAbs(e + off, len);
         Store<float>(dst + c * 4, scale);
         uint8_t* b = reinterpret_cast<uint8_t*>(bits + off / 8);
-        kc::SignPack(e + off, len, b);
+        kc::SignPack(e + off, len, tie_seed + off, b);
         kc::SignAccumulate(b, len, -scale, e + off);  // e -= decoded
       }
       return;
@@ -483,7 +484,8 @@ uint64_t PayloadBytes(const std::vector<Segment>& segments) {
   return bytes;
 }
 
-std::string Compress(const std::vector<Segment>& segments, const float* delta, float beta, float* ef) {
+std::string Compress(const std::vector<Segment>& segments, const float* delta, float beta, float* ef,
+                     uint64_t tie_seed) {
   std::string out(PayloadBytes(segments), '\0');
   char* h = out.data();
   uint64_t elements = 0;
@@ -498,7 +500,7 @@ std::string Compress(const std::vector<Segment>& segments, const float* delta, f
     Store<uint32_t>(e + 12, s.rows);
     Store<uint64_t>(e + 16, s.numel);
     Store<uint64_t>(e + 24, SegmentDataBytes(s));
-    CompressSegment(s, delta ? delta + elements : nullptr, beta, ef + elements, data);
+    CompressSegment(s, delta ? delta + elements : nullptr, beta, ef + elements, data, tie_seed + elements);
     data += SegmentDataBytes(s);
     elements += s.numel;
   }

@@ -18,7 +18,8 @@
 //   topk        per chunk the min(k, chunk length) largest |x|, indices ascending:
 //               [2^bits fp32 table if bits < 32], indices packed log2(C) bits each,
 //               values (bits 32: fp32; else codes of one statistical table per segment)
-//   sign        nc fp32 scales (mean |x| of the chunk), then 1 bit per element (1: x >= 0);
+//   sign        nc fp32 scales (mean |x| of the chunk), then 1 bit per element (1: x > 0;
+//               x == 0: a seeded coin, see Compress);
 //               decodes to +-scale
 // Codes of a chunk start on a byte boundary (C is a multiple of 8).
 #pragma once
@@ -97,7 +98,10 @@ uint64_t PayloadBytes(const std::vector<Segment>& segments);
 
 // Error-feedback compression, fused chunk by chunk: ef <- beta * ef + delta (skipped when
 // delta is null), payload = C(ef), ef <- ef - decode(payload). Returns the payload.
-std::string Compress(const std::vector<Segment>& segments, const float* delta, float beta, float* ef);
+// `tie_seed` decides the sign bits of exactly zero elements in sign segments (element i:
+// kernels::TieBit(tie_seed + i)); workers whose votes are summed must use different seeds.
+std::string Compress(const std::vector<Segment>& segments, const float* delta, float beta, float* ef,
+                     uint64_t tie_seed = 0);
 
 // Plain encoding of x (no feedback kept).
 std::string Encode(const std::vector<Segment>& segments, const float* x);

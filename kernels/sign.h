@@ -1,6 +1,8 @@
-// Signs, 1 bit per element (bit set: x >= 0, so +0 and -0 count as positive), and majority
-// votes over workers: counts[i] += +1 or -1 per worker; the vote is sign(count) with a tie
-// (count 0, possible for an even number of workers) giving 0, i.e. no move.
+// Signs, 1 bit per element (bit set: x > 0), and majority votes over workers: counts[i] +=
+// +1 or -1 per worker; the vote is sign(count) with a tie (count 0, possible for an even
+// number of workers) giving 0, i.e. no move. An exactly zero element (+0 or -0) has no sign:
+// its bit is a coin flip, TieBit(seed + i), so that workers with different seeds do not all
+// vote the same way for it (a fixed choice moved every such coordinate by -lr each round).
 #pragma once
 
 #include <cstddef>
@@ -8,8 +10,17 @@
 
 namespace muloco::kernels::cpu {
 
-// REQUIRES: out has PackedBytes(n, 1) bytes. Padding bits are zero.
-void SignPack(const float* x, size_t n, uint8_t* out);
+// The coin for a zero element: bit 0 of splitmix64(key) (same on CPU and CUDA).
+inline uint8_t TieBit(uint64_t key) {
+  uint64_t z = key + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return static_cast<uint8_t>((z ^ (z >> 31)) & 1);
+}
+
+// REQUIRES: out has PackedBytes(n, 1) bytes. Padding bits are zero. Element i's coin (if it
+// is zero) is TieBit(seed + i).
+void SignPack(const float* x, size_t n, uint64_t seed, uint8_t* out);
 // Mean of |x| with the fixed-order reduction (the scale of a sign payload); 0 for n = 0.
 float MeanAbs(const float* x, size_t n);
 // sum[i] += bit ? scale : -scale.

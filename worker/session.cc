@@ -468,7 +468,10 @@ int WorkerSession::Run() {
     }
     bad_rounds = 0;
     if (signmuon) {
-      payload = Compress(uplink, nullptr, 1.0f, delta.data());
+      // Zero directions (e.g. embedding rows of bytes absent from the batch) get coins seeded
+      // by this worker and round, so that workers do not all vote the same way for them.
+      const uint64_t tie_seed = (config_.data_seed() + join_index_ + 1) * 0x9E3779B97F4A7C15ULL ^ r * 0xC2B2AE3D27D4EB4FULL;
+      payload = Compress(uplink, nullptr, 1.0f, delta.data(), tie_seed);
     } else {  // compress into a copy of ef, so a refused push loses nothing
       ef_next = ef;
       payload = Compress(uplink, delta.data(), config_.ef_beta(), ef_next.data());

@@ -8,17 +8,21 @@
 
 namespace muloco::kernels::cpu {
 
-void SignPack(const float* x, size_t n, uint8_t* out) {
+namespace {
+inline uint8_t SignBit(float v, uint64_t key) { return v == 0.0f ? TieBit(key) : static_cast<uint8_t>(v > 0.0f); }
+}  // namespace
+
+void SignPack(const float* x, size_t n, uint64_t seed, uint8_t* out) {
   const size_t full = n / 8;
   for (size_t j = 0; j < full; ++j) {
     const float* v = x + 8 * j;
     uint8_t b = 0;
-    for (int t = 0; t < 8; ++t) b |= static_cast<uint8_t>(!std::signbit(v[t]) || v[t] == 0.0f) << t;
+    for (int t = 0; t < 8; ++t) b |= SignBit(v[t], seed + 8 * j + t) << t;
     out[j] = b;
   }
   if (full * 8 < n) {
     uint8_t b = 0;
-    for (size_t i = full * 8; i < n; ++i) b |= static_cast<uint8_t>(!std::signbit(x[i]) || x[i] == 0.0f) << (i - full * 8);
+    for (size_t i = full * 8; i < n; ++i) b |= SignBit(x[i], seed + i) << (i - full * 8);
     out[full] = b;
   }
 }

@@ -36,7 +36,7 @@ int UnpackCodes(const uint8_t* in, size_t n, int bits, uint8_t* codes, void* str
 int TopKChunks(const float* x, size_t n, size_t chunk, size_t k, uint32_t* idx, void* stream);
 
 // Signs and votes, as kernels/sign.h; scale: one MeanAbs per chunk.
-int SignPack(const float* x, size_t n, uint8_t* out, void* stream);
+int SignPack(const float* x, size_t n, uint64_t seed, uint8_t* out, void* stream);
 int MeanAbsChunks(const float* x, size_t n, size_t chunk, float* scale, void* stream);
 int VoteAccumulate(const uint8_t* bits, size_t n, int32_t* counts, void* stream);
 int VoteSign(const int32_t* counts, size_t n, float* out, void* stream);

@@ -142,7 +142,7 @@ TEST_F(Cuda, SignsVotesAndErrorFeedbackMatchCpu) {
     std::vector<float> x = Random(n, n + 3);
     if (n > 2) x[1] = -0.0f, x[2] = 0.0f;
     std::vector<uint8_t> bits(PackedBytes(n, 1));
-    cpu::SignPack(x.data(), n, bits.data());
+    cpu::SignPack(x.data(), n, n * 31, bits.data());
     const size_t chunks = (n + kChunk - 1) / kChunk;
     std::vector<float> scale(chunks);
     for (size_t c = 0; c < chunks; ++c) scale[c] = cpu::MeanAbs(x.data() + c * kChunk, std::min(kChunk, n - c * kChunk));
@@ -156,7 +156,7 @@ TEST_F(Cuda, SignsVotesAndErrorFeedbackMatchCpu) {
     Dev<float> dx(x), dscale(chunks), dvote(n), de(e_gpu), dd(d);
     Dev<uint8_t> dbits(bits.size());
     Dev<int32_t> dcounts(std::vector<int32_t>(n, 1));
-    ASSERT_EQ(cuda::SignPack(dx.p, n, dbits.p, nullptr), 0);
+    ASSERT_EQ(cuda::SignPack(dx.p, n, n * 31, dbits.p, nullptr), 0);
     ASSERT_EQ(cuda::MeanAbsChunks(dx.p, n, kChunk, dscale.p, nullptr), 0);
     ASSERT_EQ(cuda::VoteAccumulate(dbits.p, n, dcounts.p, nullptr), 0);
     ASSERT_EQ(cuda::VoteSign(dcounts.p, n, dvote.p, nullptr), 0);

@@ -169,14 +169,38 @@ TEST(TopK, KeepsExactlyTheKLargestMagnitudes) {
 TEST(Sign, PackAndScaledDecode) {
   std::vector<float> x = {1.0f, -2.0f, 0.0f, -0.0f, 3.0f, -1e-30f, 5.0f, -5.0f, 0.5f};
   std::vector<uint8_t> bits(PackedBytes(x.size(), 1));
-  cpu::SignPack(x.data(), x.size(), bits.data());
-  EXPECT_EQ(bits[0], 0b01011101);
+  const uint64_t seed = 77;
+  cpu::SignPack(x.data(), x.size(), seed, bits.data());
+  // Elements 2 and 3 are zeros: their bits are the seeded coins TieBit(seed + i).
+  const uint8_t coins = static_cast<uint8_t>(cpu::TieBit(seed + 2) << 2 | cpu::TieBit(seed + 3) << 3);
+  EXPECT_EQ(bits[0], 0b01010001 | coins);
   EXPECT_EQ(bits[1], 0b1);
   std::vector<float> sum(x.size(), 0.0f);
   cpu::SignAccumulate(bits.data(), x.size(), 2.0f, sum.data());
   EXPECT_EQ(sum[0], 2.0f);
   EXPECT_EQ(sum[1], -2.0f);
   EXPECT_FLOAT_EQ(cpu::MeanAbs(x.data(), x.size()), (1 + 2 + 3 + 1e-30f + 5 + 5 + 0.5f) / 9);
+}
+
+TEST(Sign, ZerosGetUnbiasedSeededCoins) {
+  // A zero direction must not vote the same way on every worker (SignMuon's drift): its
+  // coins are fair, the same for the same seed, and independent across seeds.
+  const size_t n = 1 << 16;
+  std::vector<float> zeros(n, 0.0f);
+  std::vector<uint8_t> a(PackedBytes(n, 1)), a2(a.size()), b(a.size());
+  cpu::SignPack(zeros.data(), n, 1, a.data());
+  cpu::SignPack(zeros.data(), n, 1, a2.data());
+  cpu::SignPack(zeros.data(), n, 2, b.data());
+  EXPECT_EQ(a, a2);
+  size_t ones = 0, agree = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int bit_a = (a[i / 8] >> (i % 8)) & 1, bit_b = (b[i / 8] >> (i % 8)) & 1;
+    ones += bit_a;
+    agree += bit_a == bit_b;
+  }
+  // Fair coins: within 5 standard deviations (sd = sqrt(n)/2 = 128) of n/2.
+  EXPECT_NEAR(static_cast<double>(ones), n / 2.0, 5 * 128);
+  EXPECT_NEAR(static_cast<double>(agree), n / 2.0, 5 * 128);
 }
 
 TEST(Sign, MajorityVoteForOddAndEvenWorkerCounts) {
@@ -187,9 +211,9 @@ TEST(Sign, MajorityVoteForOddAndEvenWorkerCounts) {
     for (int w = 0; w < workers; ++w) {
       std::vector<float> x = Normal(n, rng());
       std::vector<uint8_t> bits(PackedBytes(n, 1));
-      cpu::SignPack(x.data(), n, bits.data());
+      cpu::SignPack(x.data(), n, w, bits.data());
       cpu::VoteAccumulate(bits.data(), n, counts.data());
-      for (size_t i = 0; i < n; ++i) brute[i] += x[i] >= 0 ? 1 : -1;
+      for (size_t i = 0; i < n; ++i) brute[i] += x[i] > 0 ? 1 : -1;  // Normal() draws no exact zeros
     }
     EXPECT_EQ(counts, brute);
     std::vector<float> vote(n);

@@ -433,5 +433,32 @@ TEST(RoundEngine, ADownlinkOutOfRangeDiscardsTheStepInsteadOfAborting) {
   EXPECT_FLOAT_EQ((*f.engine.Snapshot().params)[0], 0.0f);
 }
 
+TEST(RoundEngine, SignVotesOfZeroDirectionsDoNotDrift) {
+  // SignMuon: a coordinate whose direction is exactly zero on every worker (an embedding row
+  // of a byte absent from every batch) must not move in expectation. It once voted +1 on
+  // every worker and moved by -lr each round.
+  EngineOptions o = Fixture::Defaults();
+  o.aggregation = Aggregation::kVote;
+  const size_t n = 4096, rounds = 20;
+  Fixture f(o, n);
+  const std::vector<Segment> signs = PlanSegments({TensorShape{1, n, false}}, *ParseCodec("sign:chunk=4096"));
+  std::vector<RoundEngine::Joined> workers;
+  for (int k = 0; k < 3; ++k) workers.push_back(f.engine.Join("w"));
+  for (uint64_t r = 0; r < rounds; ++r) {
+    for (uint64_t k = 0; k < workers.size(); ++k) {
+      std::vector<float> zeros(n, 0.0f);
+      const std::string payload = Compress(signs, nullptr, 1.0f, zeros.data(), (k + 1) * 1000003 + r * 7919);
+      ASSERT_TRUE(f.engine.Push(workers[k].worker_id, r, payload).ok());
+    }
+  }
+  ASSERT_EQ(f.engine.Stats().open_round, rounds);
+  double mean = 0;
+  for (float v : *f.engine.Snapshot().params) mean += v - 1.0;
+  mean /= n;
+  // Each coordinate walks +-1 per round: sd sqrt(20) = 4.5 per coordinate, 0.07 for the mean
+  // of 4096. The old bias was -20.
+  EXPECT_NEAR(mean, 0.0, 0.35);
+}
+
 }  // namespace
 }  // namespace muloco
