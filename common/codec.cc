@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/checksum.h"
 #include "kernels/bitpack.h"
@@ -482,6 +483,13 @@ uint64_t PayloadBytes(const std::vector<Segment>& segments) {
   uint64_t bytes = kPayloadHeaderBytes + segments.size() * kSegmentEntryBytes;
   for (const Segment& s : segments) bytes += SegmentDataBytes(s);
   return bytes;
+}
+
+std::string SizeNote(uint64_t bytes, uint64_t payloads, uint64_t n) {
+  if (bytes == 0 || payloads == 0 || n == 0) return "nothing sent";
+  const double dense = static_cast<double>(PayloadBytes(DenseSegments(n))) * payloads;
+  return absl::StrFormat("%.1fx smaller than dense fp32, %.3f bits/param", dense / bytes,
+                         8.0 * bytes / (static_cast<double>(payloads) * n));
 }
 
 std::string Compress(const std::vector<Segment>& segments, const float* delta, float beta, float* ef,

@@ -96,6 +96,10 @@ uint64_t SegmentDataBytes(const Segment& s);
 // Exact size of a payload for these segments.
 uint64_t PayloadBytes(const std::vector<Segment>& segments);
 
+// "Rx smaller than dense fp32, B bits/param" for `bytes` sent as `payloads` payloads of a
+// model of `n` parameters, every header and table included: how sizes are printed.
+std::string SizeNote(uint64_t bytes, uint64_t payloads, uint64_t n);
+
 // Error-feedback compression, fused chunk by chunk: ef <- beta * ef + delta (skipped when
 // delta is null), payload = C(ef), ef <- ef - decode(payload). Returns the payload.
 // `tie_seed` decides the sign bits of exactly zero elements in sign segments (element i:

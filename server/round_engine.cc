@@ -287,14 +287,11 @@ void RoundEngine::CloseRoundLocked() {
   }
   // Logged after the checkpoint: with checkpoints every round, a round in the log is a round
   // a restarted server still has.
-  const double dense = static_cast<double>(PayloadBytes(DenseSegments(n)));
-  Logf("server",
-       "round %llu closed: %u contributors, %zu expected, up %llu bytes (%.1fx smaller than dense fp32), "
-       "down %zu bytes (%.1fx), checksum %016llx%s",
+  Logf("server", "round %llu closed: %u contributors, %zu expected, up %llu bytes (%s), down %zu bytes (%s), checksum %016llx%s",
        static_cast<unsigned long long>(update.round), update.contributors, expected_.size(),
-       static_cast<unsigned long long>(update.bytes_up), dense * pushed_.size() / update.bytes_up,
-       update.payload->size(), dense / update.payload->size(), static_cast<unsigned long long>(update.checksum),
-       update.done ? " (final)" : "");
+       static_cast<unsigned long long>(update.bytes_up), SizeNote(update.bytes_up, pushed_.size(), n).c_str(),
+       update.payload->size(), SizeNote(update.payload->size(), 1, n).c_str(),
+       static_cast<unsigned long long>(update.checksum), update.done ? " (final)" : "");
 
   round_bytes_up_ = 0;
   std::fill(sum_.begin(), sum_.end(), 0.0f);

@@ -115,16 +115,13 @@ absl::StatusOr<v1::RunConfig> ResumedConfig(const v1::RunConfig& saved, const v1
 }
 
 void LogSummary(const EngineStats& st, size_t n, uint64_t checksum) {
-  const double dense = static_cast<double>(PayloadBytes(DenseSegments(n)));
-  const double down_ratio = st.rounds_closed ? dense * st.rounds_closed / st.bytes_down : 0.0;
   Logf("server",
-       "summary: %llu rounds closed, %llu pushes, up %llu bytes (%.1fx smaller than dense fp32), down %llu "
-       "bytes per worker (%.1fx smaller), "
+       "summary: %llu rounds closed, %llu pushes, up %llu bytes (%s), down %llu bytes per worker (%s), "
        "rejected: %llu unknown worker, %llu wrong round, %llu duplicate, %llu bad payload; evictions %llu; "
        "final checksum %016llx",
-       (unsigned long long)st.rounds_closed, (unsigned long long)st.pushes_accepted,
-       (unsigned long long)st.bytes_up, st.bytes_up ? dense * st.pushes_accepted / st.bytes_up : 0.0,
-       (unsigned long long)st.bytes_down, down_ratio, (unsigned long long)st.rejected_unknown_worker,
+       (unsigned long long)st.rounds_closed, (unsigned long long)st.pushes_accepted, (unsigned long long)st.bytes_up,
+       SizeNote(st.bytes_up, st.pushes_accepted, n).c_str(), (unsigned long long)st.bytes_down,
+       SizeNote(st.bytes_down, st.rounds_closed, n).c_str(), (unsigned long long)st.rejected_unknown_worker,
        (unsigned long long)st.rejected_wrong_round, (unsigned long long)st.rejected_duplicate,
        (unsigned long long)st.rejected_bad_payload, (unsigned long long)st.evictions, (unsigned long long)checksum);
 }

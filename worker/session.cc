@@ -251,7 +251,7 @@ class WorkerSession {
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   double train_seconds_ = 0;                // in local training, rounds that were pushed or refused
   double first_val_ = -1, last_val_ = -1;   // validation losses (-1: none yet)
-  double dense_round_bytes_ = 0;            // one round's payload as dense fp32
+  uint64_t n_ = 0;                          // parameters of the model (for size notes)
 };
 
 template <typename F>
@@ -350,14 +350,9 @@ void WorkerSession::LogSummary() const {
   const char* tag = tag_.c_str();
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const auto per_s = [](double n, double s) { return s > 0 ? n / s : 0.0; };
-  // "N bytes (Rx smaller than dense fp32)", against dense payloads for the rounds done.
-  const auto bytes = [&](uint64_t n) {
-    std::string out = absl::StrCat(n, " bytes");
-    if (n == 0) return out;
-    const double ratio = dense_round_bytes_ * static_cast<double>(stats_.rounds_done) / static_cast<double>(n);
-    char text[64];
-    std::snprintf(text, sizeof text, " (%.1fx smaller than dense fp32)", ratio);
-    return out + text;
+  // "N bytes (Rx smaller than dense fp32, B bits/param)", over the rounds done.
+  const auto bytes = [&](uint64_t b) {
+    return b == 0 ? absl::StrCat(b, " bytes") : absl::StrCat(b, " bytes (", SizeNote(b, stats_.rounds_done, n_), ")");
   };
   Logf(tag, "summary: %-10s %llu", "rounds", static_cast<unsigned long long>(stats_.rounds_done));
   Logf(tag, "summary: %-10s %llu (%.0f tokens/s while training, %.0f overall)", "tokens",
@@ -403,8 +398,7 @@ int WorkerSession::Run() {
   });
   if (absl::Status s = Resync(); !s.ok()) return Fail(s);
 
-  const double dense = static_cast<double>(PayloadBytes(DenseSegments(n)));
-  dense_round_bytes_ = dense;
+  n_ = n;
   std::vector<float> delta(n), ef(n, 0.0f);  // error feedback persists across rounds
   const uint64_t tokens_per_step = uint64_t{config_.batch_size()} * config_.model().context();
   const uint64_t tokens_per_round = (signmuon ? 1 : config_.inner_steps()) * tokens_per_step;
@@ -525,10 +519,9 @@ int WorkerSession::Run() {
       st.tokens_per_second = train_s > 0 ? tokens_per_round / train_s : 0;
     });
     Logf(tag_.c_str(),
-         "round %llu: train_loss %.4f, up %zu bytes (%.1fx smaller than dense fp32), down %zu bytes (%.1fx), "
-         "%u contributors, checksum %016llx ok",
-         static_cast<unsigned long long>(r), train_loss, payload.size(), dense / payload.size(),
-         result->payload.size(), dense / result->payload.size(), result->contributors,
+         "round %llu: train_loss %.4f, up %zu bytes (%s), down %zu bytes (%s), %u contributors, checksum %016llx ok",
+         static_cast<unsigned long long>(r), train_loss, payload.size(), SizeNote(payload.size(), 1, n).c_str(),
+         result->payload.size(), SizeNote(result->payload.size(), 1, n).c_str(), result->contributors,
          static_cast<unsigned long long>(pub_.checksum));
     if (result->done) break;
     if (o_.leave_after && stats_.rounds_done >= o_.leave_after) {

@@ -129,7 +129,9 @@ class Metrics(ClusterTest):
         self.assertEqual(len(self.query(base, "muloco_build_info == 1")), 1)
 
         # One push's payload size and its ratio to dense fp32, as the worker logs them.
-        logged = re.search(r"up (\d+) bytes \(([\d.]+)x smaller than dense fp32\)", workers[0].text())
+        logged = re.search(r"up (\d+) bytes \(([\d.]+)x smaller than dense fp32, ([\d.]+) bits/param\)",
+                           workers[0].text())
+        self.assertAlmostEqual(float(logged.group(3)), 8 * int(logged.group(1)) / 29888, delta=0.001)  # TINY's size
         payload, ratio = int(logged.group(1)), float(logged.group(2))
         # Every push has that size; each scrape reads one consistent snapshot.
         for promql in ["muloco_uplink_bytes_total / muloco_pushes_total",
