@@ -13,6 +13,7 @@
 
 #include "common/model_layout.h"
 #include "common/run_config.h"
+#include "kernels/newton_schulz.h"
 #include "worker/data.h"
 #include "worker/muon.h"
 #include "worker/trainer.h"
@@ -78,7 +79,7 @@ int main(int argc, char** argv) {
               100.0 * muon_step / muon);
 
   std::printf("%-12s %12s %18s %8s\n", "shape", "NS 5 steps", "same matmuls", "ratio");
-  const std::array<double, 3> coeffs = {3.4445, -4.7750, 2.0315};
+  const std::array<double, 3> coeffs = kernels::kNewtonSchulzCoeffs;
   for (auto [r, k] : {std::pair<int64_t, int64_t>{64, 192}, {64, 64}, {64, 256}, {256, 1024}}) {
     torch::Tensor g = torch::randn({r, k});
     const double ns = BestMs(5, [&] { NewtonSchulz(g, 5, coeffs); });

@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
 #include "common/log.h"
+#include "kernels/newton_schulz.h"
 #include "kernels/sign.h"
-#include "server/newton_schulz.h"
 
 namespace muloco {
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/run_config.h"  // MuonScale
+#include "kernels/newton_schulz.h"
 
 namespace muloco {
 
@@ -17,7 +18,7 @@ struct MuonOptions {
   double momentum = 0.95;  // EMA coefficient beta
   bool nesterov = true;    // update = lerp(grad, buf, beta) instead of buf
   int ns_steps = 5;
-  std::array<double, 3> ns_coeffs = {3.4445, -4.7750, 2.0315};
+  std::array<double, 3> ns_coeffs = kernels::kNewtonSchulzCoeffs;
   MuonScale scale = MuonScale::kShape;
   double weight_decay = 0.0;  // decoupled: W *= 1 - lr * wd
 };

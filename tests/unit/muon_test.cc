@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "common/run_config.h"
-#include "server/newton_schulz.h"
+#include "kernels/newton_schulz.h"
 #include "worker/data.h"
 #include "worker/muon.h"
 #include "worker/trainer.h"
@@ -15,7 +15,7 @@
 namespace muloco {
 namespace {
 
-const std::array<double, 3> kCoeffs = {3.4445, -4.7750, 2.0315};
+const std::array<double, 3> kCoeffs = kernels::kNewtonSchulzCoeffs;
 
 // A rows x cols matrix with singular values spread log-uniformly over [1/cond, 1].
 torch::Tensor WithCondition(int64_t rows, int64_t cols, double cond, uint64_t seed) {
@@ -60,6 +60,23 @@ TEST(NewtonSchulz, ServerPolarStepMatchesLibTorch) {
   std::vector<float> zero(12, 0.0f);
   PolarNewtonSchulz(zero.data(), 3, 4, 5);
   for (float v : zero) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(NewtonSchulz, WorkerLibTorchMatchesTheCpuReference) {
+  // One Newton-Schulz: the worker's LibTorch iteration (fp32 on the CPU) and the kernels/
+  // reference agree, for each orientation and several step counts.
+  torch::manual_seed(7);
+  for (auto [r, c] : {std::pair<int64_t, int64_t>{24, 64}, {64, 24}, {32, 32}}) {
+    for (int steps : {1, 3, 5}) {
+      torch::Tensor g = torch::randn({r, c});
+      std::vector<float> m(g.data_ptr<float>(), g.data_ptr<float>() + g.numel());
+      kernels::cpu::NewtonSchulz(m.data(), r, c, steps);
+      torch::Tensor want = NewtonSchulz(g, steps, kCoeffs).contiguous();
+      for (int64_t i = 0; i < g.numel(); ++i) {
+        ASSERT_NEAR(m[i], want.data_ptr<float>()[i], 2e-5) << r << "x" << c << " steps " << steps;
+      }
+    }
+  }
 }
 
 TEST(Muon, RoutesHiddenMatricesOnly) {

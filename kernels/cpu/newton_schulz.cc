@@ -1,11 +1,11 @@
-// PolarNewtonSchulz in plain C++ (see newton_schulz.h).
-#include "server/newton_schulz.h"
+// The CPU reference Newton–Schulz (see kernels/newton_schulz.h).
+#include "kernels/newton_schulz.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-namespace muloco {
+namespace muloco::kernels::cpu {
 namespace {
 
 // c (r x k) = a (r x n) * b (n x k), all row-major.
@@ -20,8 +20,8 @@ void MatMul(const float* a, const float* b, float* c, size_t r, size_t n, size_t
 
 }  // namespace
 
-void PolarNewtonSchulz(float* m, size_t rows, size_t cols, int steps) {
-  const float a = 3.4445f, b = -4.7750f, c = 2.0315f;
+void NewtonSchulz(float* m, size_t rows, size_t cols, int steps, float scale, const std::array<double, 3>& coeffs) {
+  const float a = static_cast<float>(coeffs[0]), b = static_cast<float>(coeffs[1]), c = static_cast<float>(coeffs[2]);
   // Work on x (r x k) with r <= k: transpose tall matrices.
   const bool tall = rows > cols;
   const size_t r = tall ? cols : rows, k = tall ? rows : cols;
@@ -45,9 +45,8 @@ void PolarNewtonSchulz(float* m, size_t rows, size_t cols, int steps) {
     MatMul(B.data(), x.data(), BX.data(), r, r, k);
     for (size_t i = 0; i < r * k; ++i) x[i] = a * x[i] + BX[i];
   }
-  const float scale = std::sqrt(static_cast<float>(std::max(rows, cols)));
   for (size_t i = 0; i < rows; ++i)
     for (size_t j = 0; j < cols; ++j) m[i * cols + j] = scale * (tall ? x[j * k + i] : x[i * k + j]);
 }
 
-}  // namespace muloco
+}  // namespace muloco::kernels::cpu
