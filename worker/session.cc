@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
 #include "common/file_io.h"
+#include "common/histogram.h"
 #include "common/codec.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -252,6 +253,7 @@ class WorkerSession {
   double train_seconds_ = 0;                // in local training, rounds that were pushed or refused
   double first_val_ = -1, last_val_ = -1;   // validation losses (-1: none yet)
   uint64_t n_ = 0;                          // parameters of the model (for size notes)
+  Histogram inner_steps_{DurationBuckets()};  // thread-safe: the metrics endpoint reads it
 };
 
 template <typename F>
@@ -373,6 +375,9 @@ int WorkerSession::Run() {
         std::vector<MetricSample> m = WorkerMetrics(stats_);
         m.push_back({"muloco_build_info", "1, labelled with this build's version", false, 1.0,
                      {{"version", MulocoVersion()}}});
+        m.push_back(HistogramSample("muloco_worker_inner_step_duration_seconds",
+                                    "Seconds per inner optimizer step (forward, backward, update)",
+                                    inner_steps_.Snapshot()));
         return m;
       },
       &metrics_failed);
@@ -443,13 +448,18 @@ int WorkerSession::Run() {
     // SignMuon's vote needs only each coordinate's sign: no error feedback.
     const auto train_start = std::chrono::steady_clock::now();
     RoundProgress progress(tag_, o_.progress_s, r, config_.inner_steps(), tokens_per_step);
+    auto step_start = train_start;
     train_loss = signmuon ? trainer->SignDirection(pub_.params.data(), delta.data())
                           : trainer->TrainRound(pub_.params.data(), r * config_.inner_steps(), delta.data(),
                                                 [&](uint32_t done) {
+                                                  const auto now = std::chrono::steady_clock::now();
+                                                  inner_steps_.Observe(std::chrono::duration<double>(now - step_start).count());
+                                                  step_start = now;
                                                   progress.AfterStep(done);
                                                   return !Stopping();
                                                 });
     const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
+    if (signmuon) inner_steps_.Observe(train_s);
     if (Stopping()) return Stop();  // never push a partial round
     train_seconds_ += train_s;
     if (injected_faults < o_.fault_nonfinite_rounds) {

@@ -112,6 +112,11 @@ class Metrics(ClusterTest):
         base = self.start_prometheus({"muloco-server": [server_port]})
         rounds = self.wait_query(base, "muloco_worker_rounds_total >= 3", lambda v: len(v) == 2)
         self.assertEqual(sorted(dict(k)["worker"] for k in rounds), ["w0@open", "w1@open"])
+        for port in worker_ports:  # three rounds of H = 4 inner steps each, timed one by one
+            text = http_get(f"http://127.0.0.1:{port}/metrics")[1]
+            self.assertIn("# TYPE muloco_worker_inner_step_duration_seconds histogram", text)
+            steps = int(re.search(r"^muloco_worker_inner_step_duration_seconds_count (\d+)", text, re.M).group(1))
+            self.assertGreaterEqual(steps, 12)
         ups = self.query(base, "up")
         self.assertEqual(sorted(ups.values()), [1.0], ups)
         for name in ("muloco_worker_tokens_per_second", "muloco_worker_inner_step_seconds",
