@@ -6,12 +6,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <mutex>
+#include <condition_variable>
 #include <functional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
 #include "common/grpc_status.h"
+#include "common/log.h"
 
 namespace muloco {
 
@@ -32,6 +35,68 @@ ServerClient::ServerClient(const std::string& address, std::shared_ptr<grpc::Cha
   channel_ = grpc::CreateCustomChannel(address, std::move(credentials), args);
   stub_ = v1::Muloco::NewStub(channel_);
 }
+
+namespace {
+
+// Cancels a streaming call that moves no chunk for stall_s (see ClientOptions).
+class StallGuard {
+ public:
+  StallGuard(grpc::ClientContext* ctx, double stall_s) : ctx_(ctx), stall_s_(stall_s), thread_([this] { Watch(); }) {}
+  ~StallGuard() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void Progress() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++moves_;
+    cv_.notify_all();
+  }
+  // Stops watching: what is left (a push's buffered tail, then the reply) moves without
+  // marks this side can see; a dead link still ends the call through keepalive.
+  void Stop() {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    cv_.notify_all();
+  }
+  // UNAVAILABLE (retried; a fetch resumes where it stopped) when the call was cancelled for
+  // stalling; `s` otherwise.
+  absl::Status Explain(absl::Status s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stalled_ || s.ok()) return s;
+    return absl::UnavailableError(absl::StrCat("no progress for ", stall_s_, " s (stalled link)"));
+  }
+
+ private:
+  void Watch() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (uint64_t seen = moves_;; seen = moves_) {
+      if (!cv_.wait_for(lock, std::chrono::duration<double>(stall_s_), [&] { return done_ || moves_ != seen; })) {
+        stalled_ = true;
+        ctx_->TryCancel();
+        return;
+      }
+      if (done_) return;
+    }
+  }
+
+  grpc::ClientContext* const ctx_;
+  const double stall_s_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t moves_ = 0;   // guarded by mu_
+  bool done_ = false;    // guarded by mu_
+  bool stalled_ = false; // guarded by mu_
+  std::thread thread_;   // last: starts once the fields above exist
+};
+
+// Streams are bounded by StallGuard; this cap only keeps a call from living forever.
+constexpr double kStreamCapS = 7 * 24 * 3600.0;
+
+}  // namespace
 
 void ServerClient::SetSession(uint64_t worker_id, const std::string& key) {
   std::lock_guard<std::mutex> lock(session_mu_);
@@ -62,15 +127,17 @@ absl::StatusOr<v1::JoinResponse> ServerClient::Join(const std::string& name, con
 
 // One FetchModel stream from m->params[filled...]; appends what arrives, checking every chunk.
 // Returns OK at the end of the model; on a cut, the caller resumes from *filled.
-absl::Status ServerClient::FetchFrom(uint64_t worker_id, FetchedModel* m, size_t* filled) {
+absl::Status ServerClient::FetchFrom(uint64_t worker_id, FetchedModel* m, size_t* filled, double stall_s) {
   grpc::ClientContext ctx;
-  Prepare(ctx, options_.call_timeout_s);
+  Prepare(ctx, kStreamCapS);
+  StallGuard guard(&ctx, stall_s);
   v1::FetchModelRequest req;
   req.set_worker_id(worker_id);
   req.set_offset(*filled);
   auto reader = stub_->FetchModel(&ctx, req);
   v1::ModelChunk chunk;
   while (reader->Read(&chunk)) {
+    guard.Progress();
     if (*filled == 0 && chunk.offset() == 0) {  // (re)starting: take this snapshot's identity
       m->round = chunk.round();
       m->checksum = chunk.model_checksum();
@@ -92,19 +159,26 @@ absl::Status ServerClient::FetchFrom(uint64_t worker_id, FetchedModel* m, size_t
     std::memcpy(m->params.data() + *filled, chunk.data().data(), chunk.data().size());
     *filled += count;
   }
-  return FromGrpcStatus(reader->Finish());
+  return guard.Explain(FromGrpcStatus(reader->Finish()));
 }
 
 absl::StatusOr<FetchedModel> ServerClient::FetchModel(uint64_t worker_id) {
   FetchedModel m;
   size_t filled = 0;
+  // After a stall the link first drains what the cancelled attempts left queued: each
+  // attempt that moves nothing gets twice the patience (up to 16x), reset once data flows.
+  double stall_s = options_.stall_timeout_s;
   for (int attempt = 0;; ++attempt) {
-    absl::Status s = FetchFrom(worker_id, &m, &filled);
+    const size_t before = filled;
+    absl::Status s = FetchFrom(worker_id, &m, &filled, stall_s);
     if (s.ok() && !m.params.empty() && filled == m.params.size()) break;
     if (s.ok()) s = absl::DataLossError("model stream ended early");
     const bool retry = s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kDataLoss ||
                        s.code() == absl::StatusCode::kAborted;
     if (!retry || attempt >= options_.fetch_attempts) return s;
+    stall_s = filled > before ? options_.stall_timeout_s : std::min(stall_s * 2, 16 * options_.stall_timeout_s);
+    LogWarn("client", "model fetch: %s; resuming at parameter %zu (attempt %d of %d)",
+            std::string(s.message()).c_str(), filled, attempt + 1, options_.fetch_attempts);
     std::this_thread::sleep_for(std::chrono::milliseconds(100 * std::min(attempt + 1, 20)));
   }
   if (ParamChecksum(m.params.data(), m.params.size()) != m.checksum) {
@@ -115,7 +189,8 @@ absl::StatusOr<FetchedModel> ServerClient::FetchModel(uint64_t worker_id) {
 
 absl::Status ServerClient::Push(uint64_t worker_id, uint64_t round, const std::string& payload, float train_loss) {
   grpc::ClientContext ctx;
-  Prepare(ctx, options_.call_timeout_s);
+  Prepare(ctx, kStreamCapS);
+  StallGuard guard(&ctx, options_.stall_timeout_s);
   v1::PushReply reply;
   auto writer = stub_->PushUpdate(&ctx, &reply);
   size_t offset = 0;
@@ -129,9 +204,11 @@ absl::Status ServerClient::Push(uint64_t worker_id, uint64_t round, const std::s
     chunk.set_data(payload.data() + offset, count);
     offset += count;
     if (!writer->Write(chunk)) break;  // the server ended the call; Finish() says why
+    guard.Progress();
   } while (offset < payload.size());
+  guard.Stop();
   writer->WritesDone();
-  return FromGrpcStatus(writer->Finish());
+  return guard.Explain(FromGrpcStatus(writer->Finish()));
 }
 
 absl::StatusOr<RoundResult> ServerClient::AwaitRound(uint64_t worker_id, uint64_t round) {

@@ -19,7 +19,11 @@ namespace muloco {
 
 struct ClientOptions {
   size_t chunk_bytes = 1 << 20;  // bytes per pushed chunk
-  double call_timeout_s = 600;   // deadline of any one call (AwaitRound is asked again while the round is open)
+  double call_timeout_s = 600;   // deadline of a unary call or one AwaitRound (asked again while the round is open)
+  // A model fetch or a push is cancelled when no chunk moves for this long, however long the
+  // whole transfer takes: deadlines follow progress, so a large model over a slow link
+  // finishes and a dead link does not hang. Chunks must fit: chunk bytes / link rate < this.
+  double stall_timeout_s = 120;
   int fetch_attempts = 50;       // a model fetch resumes after a cut this many times
   std::string tls_server_name;   // check the server's certificate for this name (empty: the address's host)
 };
@@ -63,7 +67,7 @@ class ServerClient {
   // Sets the deadline (seconds) and the session metadata.
   void Prepare(grpc::ClientContext& ctx, double timeout_s) const;
   absl::StatusOr<RoundResult> AwaitOnce(uint64_t worker_id, uint64_t round);
-  absl::Status FetchFrom(uint64_t worker_id, FetchedModel* m, size_t* filled);
+  absl::Status FetchFrom(uint64_t worker_id, FetchedModel* m, size_t* filled, double stall_s);
   template <typename Request, typename Reply, typename Call>
   absl::Status ShortCall(Call call, uint64_t worker_id, const std::function<void(Request*)>& fill = nullptr);
 

@@ -29,6 +29,10 @@ ABSL_FLAG(std::string, tls_ca, "", "TLS: CA certificate (PEM) that signed the se
 ABSL_FLAG(std::string, tls_cert, "", "Mutual TLS: this worker's certificate (PEM)");
 ABSL_FLAG(std::string, tls_key, "", "Mutual TLS: this worker's private key (PEM)");
 ABSL_FLAG(std::string, tls_server_name, "", "Check the server's certificate for this name (default: --server's host)");
+ABSL_FLAG(double, stall_timeout_s, 120,
+          "Cancel and retry a model fetch or push that moves no chunk for this long (deadlines follow progress, "
+          "not wall time: a slow link is fine, a dead one is not)");
+ABSL_FLAG(uint32_t, chunk_bytes, 1 << 20, "Bytes per pushed chunk (keep chunk / link rate well under --stall_timeout_s)");
 ABSL_FLAG(std::string, token_file, "", "File holding this worker's join token (first line)");
 ABSL_FLAG(uint32_t, fault_nonfinite_rounds, 0, "Fault injection for tests: make the first N updates non-finite");
 ABSL_FLAG(bool, baseline, false, "Train alone, without a server, using the run-config flags");
@@ -61,8 +65,11 @@ int main(int argc, char** argv) {
                    "  muloco-worker --server=HOST:PORT        (everything else comes from the server)\n"
                    "  muloco-worker --baseline --rounds=10     (single process, no server)");
   if (absl::GetFlag(FLAGS_threads) < 1 || !(absl::GetFlag(FLAGS_heartbeat_s) > 0) ||
-      !(absl::GetFlag(FLAGS_progress_s) >= 0)) {
-    std::fprintf(stderr, "muloco-worker: --threads must be >= 1, --heartbeat_s > 0 and --progress_s >= 0\n");
+      !(absl::GetFlag(FLAGS_progress_s) >= 0) || !(absl::GetFlag(FLAGS_stall_timeout_s) > 0) ||
+      absl::GetFlag(FLAGS_chunk_bytes) < 1024 || absl::GetFlag(FLAGS_chunk_bytes) > (4u << 20)) {
+    std::fprintf(stderr,
+                 "muloco-worker: --threads must be >= 1, --heartbeat_s > 0, --progress_s >= 0, --stall_timeout_s > 0, "
+                 "--chunk_bytes in [1024, 4 MiB]\n");
     return 2;
   }
   at::set_num_threads(absl::GetFlag(FLAGS_threads));
@@ -81,6 +88,8 @@ int main(int argc, char** argv) {
                     absl::GetFlag(FLAGS_tls_key)};
   o.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
   o.token_file = absl::GetFlag(FLAGS_token_file);
+  o.stall_timeout_s = absl::GetFlag(FLAGS_stall_timeout_s);
+  o.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   o.fault_nonfinite_rounds = absl::GetFlag(FLAGS_fault_nonfinite_rounds);
   o.progress_s = absl::GetFlag(FLAGS_progress_s);
   if (!absl::GetFlag(FLAGS_baseline)) {

@@ -198,6 +198,8 @@ bool UsableUpdate(const std::vector<float>& v) {
 ClientOptions ClientOptionsFor(const WorkerOptions& o) {
   ClientOptions c;
   c.tls_server_name = o.tls_server_name;
+  c.stall_timeout_s = o.stall_timeout_s;
+  c.chunk_bytes = o.chunk_bytes;
   return c;
 }
 

@@ -24,6 +24,8 @@ struct WorkerOptions {
   ClientTls tls;                           // transport security (TLS unless tls.insecure)
   std::string tls_server_name;             // name the server's certificate must carry (empty: --server's host)
   std::string token_file;                  // file holding the join token (empty: none, for open-join servers)
+  double stall_timeout_s = 120;            // a fetch or push moving no chunk this long is cancelled and retried
+  size_t chunk_bytes = 1 << 20;            // bytes per pushed chunk
   uint32_t fault_nonfinite_rounds = 0;     // fault injection (tests): the first N updates get a NaN
   double progress_s = 30;                  // log a progress line this often while a round trains (0: never)
   // Set by main's SIGTERM/SIGINT handler to the signal's number (null: never stops). Once
