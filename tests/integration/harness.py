@@ -7,8 +7,10 @@ Environment (set by ctest): MULOCO_BUILD (build dir), PYTHONPATH (generated mulo
 import os
 import re
 import signal
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -62,6 +64,85 @@ class Proc:
                 pass
             self.p.wait()
         self.log.close()
+
+
+class Proxy:
+    """TCP forwarder on loopback standing in for a network link: cut() closes every
+    connection and refuses new ones until restore(); `rate` (bytes/s per direction, None:
+    unlimited) makes it a slow link; freeze() stops all forwarding, connections kept open,
+    until thaw()."""
+
+    def __init__(self, target_port, rate=None):
+        self.target, self.rate = ("127.0.0.1", target_port), rate
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.up = True
+        self.moving = threading.Event()
+        self.moving.set()
+        self.conns = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            if not self.up:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, a, b):
+        step = 1024 if self.rate else 65536  # small slices keep a slow link's pace even
+        try:
+            while True:
+                data = a.recv(step)
+                if not data:
+                    break
+                self.moving.wait()
+                b.sendall(data)
+                if self.rate:
+                    time.sleep(len(data) / self.rate)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self):
+        self.up = False
+        with self.lock:
+            for s in self.conns:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                    s.close()
+                except OSError:
+                    pass
+            self.conns = []
+
+    def restore(self):
+        self.up = True
+
+    def freeze(self):
+        self.moving.clear()
+
+    def thaw(self):
+        self.moving.set()
 
 
 class ClusterTest(unittest.TestCase):

@@ -4,12 +4,10 @@ every connection for a while), and churn over 200 rounds with the server's memor
 import os
 import random
 import re
-import socket
-import threading
 import time
 import unittest
 
-from harness import TINY, ClusterTest
+from harness import TINY, ClusterTest, Proxy
 
 
 def closed_rounds(text):
@@ -19,72 +17,6 @@ def closed_rounds(text):
 def rss_kib(pid):
     with open(f"/proc/{pid}/status") as f:
         return int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1))
-
-
-class Proxy:
-    """TCP forwarder on loopback whose link can be cut: cut() closes every connection and
-    refuses new ones until restore()."""
-
-    def __init__(self, target_port):
-        self.target = ("127.0.0.1", target_port)
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.up = True
-        self.conns = []
-        self.lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                return
-            if not self.up:
-                client.close()
-                continue
-            try:
-                upstream = socket.create_connection(self.target)
-            except OSError:
-                client.close()
-                continue
-            with self.lock:
-                self.conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(a, b):
-        try:
-            while True:
-                data = a.recv(65536)
-                if not data:
-                    break
-                b.sendall(data)
-        except OSError:
-            pass
-        for s in (a, b):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def cut(self):
-        self.up = False
-        with self.lock:
-            for s in self.conns:
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                    s.close()
-                except OSError:
-                    pass
-            self.conns = []
-
-    def restore(self):
-        self.up = True
 
 
 class FaultTolerance(ClusterTest):

@@ -4,68 +4,15 @@ progress (chunks moving), not wall time; a link that stops moving is noticed wit
 timeout and the fetch resumes once it moves again. The link is a rate-limited TCP proxy on
 loopback (tests/integration here; deploy/wan would use network namespaces and tbf)."""
 import re
-import socket
-import threading
-import time
 import unittest
 from datetime import datetime
 
-from harness import TINY, ClusterTest
+from harness import TINY, ClusterTest, Proxy
 
 RATE = 20_000  # bytes per second, each direction
 RUN = [*TINY, "--uplink_codec=dense-fp32", "--downlink_codec=dense-fp32", "--rounds=1", "--inner_steps=2",
        "--chunk_bytes=8192", "--linger_s=60", "--eval_every=0"]
 WORKER = ["--stall_timeout_s=1.5", "--chunk_bytes=8192", "--heartbeat_s=1"]
-
-
-class SlowProxy:
-    """Forwards loopback TCP at `rate` bytes/s per direction; freeze() stops all forwarding
-    (connections stay open) until thaw()."""
-
-    def __init__(self, target_port, rate):
-        self.target, self.rate = ("127.0.0.1", target_port), rate
-        self.moving = threading.Event()
-        self.moving.set()
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def freeze(self):
-        self.moving.clear()
-
-    def thaw(self):
-        self.moving.set()
-
-    def _accept(self):
-        while True:
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    def _pipe(self, a, b):
-        slice_bytes = 1024
-        try:
-            while True:
-                data = a.recv(slice_bytes)
-                if not data:
-                    break
-                self.moving.wait()
-                b.sendall(data)
-                time.sleep(len(data) / self.rate)
-        except OSError:
-            pass
-        finally:
-            for s in (a, b):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
 
 def stamp(line):
@@ -75,7 +22,7 @@ def stamp(line):
 class SlowLink(ClusterTest):
     def test_transfers_longer_than_the_stall_timeout_finish(self):
         server, addr = self.start_server(*RUN)
-        proxy = SlowProxy(int(addr.split(":")[1]), RATE)
+        proxy = Proxy(int(addr.split(":")[1]), RATE)
         worker = self.start_worker(f"127.0.0.1:{proxy.port}", *WORKER, "--name=slow")
         self.assertEqual(worker.wait(timeout=120), 0, worker.text())
         self.assertEqual(server.wait(timeout=60), 0, server.text())
@@ -92,7 +39,7 @@ class SlowLink(ClusterTest):
 
     def test_a_stopped_link_is_noticed_and_the_fetch_resumes(self):
         server, addr = self.start_server(*RUN)
-        proxy = SlowProxy(int(addr.split(":")[1]), RATE)
+        proxy = Proxy(int(addr.split(":")[1]), RATE)
         worker = self.start_worker(f"127.0.0.1:{proxy.port}", *WORKER, "--name=stalled")
         self.wait_for(worker, r" joined ", 60)
         proxy.freeze()
