@@ -198,14 +198,23 @@ TEST(AuthCreate, MissingOrMalformedFile) {
 // ---------------------------------------------------------------------------------------
 // Admit
 
-TEST(AuthAdmit, TokenChecks) {
+// An Auth over TwoTokens() in a temp file, with the given options otherwise.
+struct AuthFixture {
+  explicit AuthFixture(AuthOptions o = AuthOptions{}) {
+    dir.Write(TwoTokens());
+    o.token_file = dir.path();
+    auth = MustCreate(o, &clock);
+  }
   FakeClock clock;
   TokenDir dir;
-  dir.Write(TwoTokens());
+  std::unique_ptr<Auth> auth;
+};
+
+TEST(AuthAdmit, TokenChecks) {
   AuthOptions o;
-  o.token_file = dir.path();
-  std::unique_ptr<Auth> auth = MustCreate(o, &clock);
-  ASSERT_NE(auth, nullptr);
+  AuthFixture f(o);
+  ASSERT_NE(f.auth, nullptr);
+  Auth* auth = f.auth.get();
 
   absl::StatusOr<std::string> r = auth->Admit("");
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnauthenticated);
@@ -244,14 +253,11 @@ TEST(AuthAdmit, OpenJoin) {
 }
 
 TEST(AuthAdmit, OpenJoinWithTokenFile) {
-  FakeClock clock;
-  TokenDir dir;
-  dir.Write(TwoTokens());
   AuthOptions o;
-  o.token_file = dir.path();
   o.open_join = true;
-  std::unique_ptr<Auth> auth = MustCreate(o, &clock);
-  ASSERT_NE(auth, nullptr);
+  AuthFixture f(o);
+  ASSERT_NE(f.auth, nullptr);
+  Auth* auth = f.auth.get();
   absl::StatusOr<std::string> r = auth->Admit("");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(*r, "open");
@@ -263,14 +269,12 @@ TEST(AuthAdmit, OpenJoinWithTokenFile) {
 }
 
 TEST(AuthAdmit, JoinsPerTokenPerMinute) {
-  FakeClock clock;
-  TokenDir dir;
-  dir.Write(TwoTokens());
   AuthOptions o;
-  o.token_file = dir.path();
   o.max_joins_per_token_per_minute = 3;
-  std::unique_ptr<Auth> auth = MustCreate(o, &clock);
-  ASSERT_NE(auth, nullptr);
+  AuthFixture f(o);
+  ASSERT_NE(f.auth, nullptr);
+  Auth* auth = f.auth.get();
+  FakeClock& clock = f.clock;
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(auth->Admit(kTokA).ok()) << i;
     clock.Advance(1);
@@ -293,14 +297,12 @@ TEST(AuthAdmit, JoinsPerTokenPerMinute) {
 }
 
 TEST(AuthAdmit, JoinsPerMinuteInAll) {
-  FakeClock clock;
-  TokenDir dir;
-  dir.Write(TwoTokens());
   AuthOptions o;
-  o.token_file = dir.path();
   o.max_joins_per_minute = 3;
-  std::unique_ptr<Auth> auth = MustCreate(o, &clock);
-  ASSERT_NE(auth, nullptr);
+  AuthFixture f(o);
+  ASSERT_NE(f.auth, nullptr);
+  Auth* auth = f.auth.get();
+  FakeClock& clock = f.clock;
   EXPECT_TRUE(auth->Admit(kTokA).ok());
   EXPECT_TRUE(auth->Admit(kTokB).ok());
   EXPECT_TRUE(auth->Admit(kTokA).ok());
@@ -334,14 +336,11 @@ TEST(AuthAdmit, OpenJoinRateLimitsCountAsOneToken) {
 }
 
 TEST(AuthAdmit, MaxWorkersCountsOpenSessions) {
-  FakeClock clock;
-  TokenDir dir;
-  dir.Write(TwoTokens());
   AuthOptions o;
-  o.token_file = dir.path();
   o.max_workers = 2;
-  std::unique_ptr<Auth> auth = MustCreate(o, &clock);
-  ASSERT_NE(auth, nullptr);
+  AuthFixture f(o);
+  ASSERT_NE(f.auth, nullptr);
+  Auth* auth = f.auth.get();
   // An admission holds its place until its session opens: concurrent joins cannot overshoot.
   ASSERT_TRUE(auth->Admit(kTokA).ok());
   ASSERT_TRUE(auth->Admit(kTokA).ok());
@@ -363,20 +362,17 @@ TEST(AuthAdmit, MaxWorkersCountsOpenSessions) {
 }
 
 TEST(AuthAdmit, MaxWorkersPerToken) {
-  FakeClock clock;
-  TokenDir dir;
-  dir.Write(TwoTokens());
   AuthOptions o;
-  o.token_file = dir.path();
   o.max_workers_per_token = 2;
-  std::unique_ptr<Auth> auth = MustCreate(o, &clock);
-  ASSERT_NE(auth, nullptr);
-  Join(auth.get(), 1, kTokA);
-  Join(auth.get(), 2, kTokA);
+  AuthFixture f(o);
+  ASSERT_NE(f.auth, nullptr);
+  Auth* auth = f.auth.get();
+  Join(auth, 1, kTokA);
+  Join(auth, 2, kTokA);
   EXPECT_EQ(auth->Admit(kTokA).status().code(), absl::StatusCode::kResourceExhausted);
   // Bob is not held back by alice's sessions.
-  Join(auth.get(), 3, kTokB);
-  Join(auth.get(), 4, kTokB);
+  Join(auth, 3, kTokB);
+  Join(auth, 4, kTokB);
   EXPECT_EQ(auth->Admit(kTokB).status().code(), absl::StatusCode::kResourceExhausted);
   auth->Close(2);
   EXPECT_TRUE(auth->Admit(kTokA).ok());
@@ -388,17 +384,14 @@ TEST(AuthAdmit, MaxWorkersPerToken) {
 }
 
 TEST(AuthAdmit, OpenJoinWorkersCountAsOneToken) {
-  FakeClock clock;
-  TokenDir dir;
-  dir.Write(TwoTokens());
   AuthOptions o;
-  o.token_file = dir.path();
   o.open_join = true;
   o.max_workers_per_token = 2;
-  std::unique_ptr<Auth> auth = MustCreate(o, &clock);
-  ASSERT_NE(auth, nullptr);
-  Join(auth.get(), 1, "");
-  Join(auth.get(), 2, "");
+  AuthFixture f(o);
+  ASSERT_NE(f.auth, nullptr);
+  Auth* auth = f.auth.get();
+  Join(auth, 1, "");
+  Join(auth, 2, "");
   EXPECT_EQ(auth->Admit("").status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(auth->Admit(kTokA).ok());  // a token holder is counted apart
   auth->Close(1);
@@ -408,16 +401,6 @@ TEST(AuthAdmit, OpenJoinWorkersCountAsOneToken) {
 // ---------------------------------------------------------------------------------------
 // Open / Check / revocation
 
-struct AuthFixture {
-  explicit AuthFixture(AuthOptions o = AuthOptions{}) {
-    dir.Write(TwoTokens());
-    o.token_file = dir.path();
-    auth = MustCreate(o, &clock);
-  }
-  FakeClock clock;
-  TokenDir dir;
-  std::unique_ptr<Auth> auth;
-};
 
 TEST(AuthSession, KeysAreRandomHex) {
   AuthFixture f;
@@ -533,15 +516,13 @@ TEST(AuthSession, RevocationOnReload) {
 }
 
 TEST(AuthSession, OpenJoinSessionsAreNeverRevoked) {
-  FakeClock clock;
-  TokenDir dir;
-  dir.Write(TwoTokens());
   AuthOptions o;
-  o.token_file = dir.path();
   o.open_join = true;
-  std::unique_ptr<Auth> auth = MustCreate(o, &clock);
-  ASSERT_NE(auth, nullptr);
-  const std::string k = Join(auth.get(), 5, "");
+  AuthFixture f(o);
+  ASSERT_NE(f.auth, nullptr);
+  Auth* auth = f.auth.get();
+  TokenDir& dir = f.dir;
+  const std::string k = Join(auth, 5, "");
   dir.Write("# nobody\n");
   ASSERT_TRUE(auth->Reload(true).ok());
   EXPECT_EQ(auth->Stats().tokens, 0u);
