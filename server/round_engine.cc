@@ -375,6 +375,11 @@ EngineState RoundEngine::ExportState() const {
   return ExportStateLocked();
 }
 
+RoundEngine::RunState RoundEngine::State() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return RunState{done_, members_.size()};
+}
+
 EngineStats RoundEngine::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   EngineStats s = stats_;

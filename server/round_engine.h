@@ -174,6 +174,13 @@ class RoundEngine {
   void WakeAll();
 
   EngineStats Stats() const;
+  // What the serving loop polls every tick, without the copies Stats() makes (per-worker
+  // reports, screening counts, the round-duration histogram).
+  struct RunState {
+    bool done = false;
+    size_t live_workers = 0;
+  };
+  RunState State() const;
   EngineState ExportState() const;
   size_t num_params() const { return num_params_; }
   uint64_t OpenRound() const;

@@ -246,7 +246,7 @@ int RunServer(ServerOptions o, const std::atomic<bool>* stop, std::atomic<bool>*
       (*auth)->Retain([&](uint64_t id) { return engine.IsMember(id); });  // sessions of evicted workers
       last_reload = clock.Now();
     }
-    const EngineStats st = engine.Stats();
+    const RoundEngine::RunState st = engine.State();
     if (!st.done) continue;
     if (done_since < 0) done_since = clock.Now();
     if (st.live_workers == 0 || clock.Now() - done_since > o.linger_s) break;
