@@ -1,23 +1,19 @@
 // Transport credentials (see tls.h).
 #include "common/tls.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
+#include "common/file_io.h"
 #include "common/log.h"
 
 namespace muloco {
 namespace {
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in || text.str().find("-----BEGIN ") == std::string::npos) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok() || text->find("-----BEGIN ") == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", path, ": cannot read a PEM file there"));
   }
-  return text.str();
+  return text;
 }
 
 }  // namespace
