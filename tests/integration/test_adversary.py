@@ -140,7 +140,7 @@ class Adversary(ClusterTest):
     def test_floods_leave_memory_and_threads_bounded(self):
         server, addr, port, workers = self.start("--transport_memory_mb=64", "--rounds=12", "--inner_steps=100",
                                                  "--max_await_s=2",
-                                                 "--idle_timeout_s=3")
+                                                 "--idle_timeout_s=3", "--max_threads=64")
         pid = server.p.pid
         self.wait_for(server, r"round 1 closed", 120)
         rss0, threads0 = status_kib(pid, "VmRSS"), status_kib(pid, "Threads")
@@ -197,7 +197,9 @@ class Adversary(ClusterTest):
               f"peak {peak['threads']}, after {threads1}")
         self.assertLess(peak["rss"] - rss0, 160 * 1024)
         self.assertLess(rss1 - rss0, 64 * 1024)
-        self.assertLess(peak["threads"], threads0 + 40)
+        # gRPC's thread quota (--max_threads) bounds the handler threads however many calls
+        # arrive at once; the calls past it are refused with RESOURCE_EXHAUSTED.
+        self.assertLessEqual(peak["threads"], threads0 + 64)
         # The flooder went silent after its flood: the server evicts it (30 s) and, the run
         # over and nobody left, exits cleanly. (Leaving here raced that eviction and the
         # server's shutdown.)
