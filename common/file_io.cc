@@ -51,6 +51,10 @@ absl::Status WriteFileAtomic(const std::string& path, absl::string_view bytes) {
   return Sync(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY);
 }
 
+absl::Status WriteFloatsAtomic(const std::string& path, const std::vector<float>& values) {
+  return WriteFileAtomic(path, absl::string_view(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
+}
+
 absl::Status MakeDirs(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -14,6 +15,8 @@ namespace muloco {
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 // UNAVAILABLE naming the path and the step that failed.
 absl::Status WriteFileAtomic(const std::string& path, absl::string_view bytes);
+// WriteFileAtomic of raw native fp32 values (--save_final files).
+absl::Status WriteFloatsAtomic(const std::string& path, const std::vector<float>& values);
 // Creates `dir` and its parents (std::filesystem); OK when it exists.
 absl::Status MakeDirs(const std::string& dir);
 

@@ -21,6 +21,8 @@ std::vector<MetricSample> WorkerMetrics(const WorkerStats& s, const std::string&
       {"muloco_worker_inner_step_seconds", "Mean seconds per inner step in the last round", false,
        s.inner_step_seconds},
       {"muloco_worker_tokens_per_second", "Training tokens per second in the last round", false, s.tokens_per_second},
+      {"muloco_worker_wait_seconds", "Seconds the last round waited for the server (push, aggregation, downlink)", false,
+       s.wait_seconds},
   };
   if (!worker.empty()) {
     for (MetricSample& m : out) m.labels.push_back({"worker", worker});
@@ -41,6 +43,7 @@ v1::WorkerReport ToReport(const WorkerStats& s) {
   r.set_ef_residual_norm(s.ef_residual_norm);
   r.set_inner_step_seconds(s.inner_step_seconds);
   r.set_tokens_per_second(s.tokens_per_second);
+  r.set_wait_seconds(s.wait_seconds);
   return r;
 }
 
@@ -58,6 +61,7 @@ WorkerStats FromReport(const v1::WorkerReport& r) {
   s.ef_residual_norm = sane(r.ef_residual_norm());
   s.inner_step_seconds = sane(r.inner_step_seconds());
   s.tokens_per_second = sane(r.tokens_per_second());
+  s.wait_seconds = sane(r.wait_seconds());
   return s;
 }
 

@@ -23,6 +23,7 @@ struct WorkerStats {
   double ef_residual_norm = 0;               // L2 norm of the error-feedback buffer after the last push
   double inner_step_seconds = 0;             // mean wall time of one inner step, last round
   double tokens_per_second = 0;              // training throughput, last round
+  double wait_seconds = 0;                   // last round: seconds training waited for the server (push, aggregation, downlink)
 };
 
 // `worker`: empty on the worker's own endpoint; its name where the server re-exports it.

@@ -44,7 +44,8 @@ absl::Status CheckOptions(const ServerOptions& o) {
   return ValidateRunConfig(o.config);
 }
 
-// The engine's options for this run's configuration.
+}  // namespace
+
 EngineOptions EngineOptionsFor(const ServerOptions& o, const v1::RunConfig& config, const ParamLayout& layout) {
   EngineOptions eo;
   eo.min_quorum = o.min_quorum;
@@ -66,6 +67,8 @@ EngineOptions EngineOptionsFor(const ServerOptions& o, const v1::RunConfig& conf
   }
   return eo;
 }
+
+namespace {
 
 // The public model with what a reader needs to rebuild it.
 std::string ExportBytes(const v1::RunConfig& config, const ParamLayout& layout, const std::vector<float>& params,
@@ -259,8 +262,7 @@ int RunServer(ServerOptions o, const std::atomic<bool>* stop, std::atomic<bool>*
   const ModelSnapshot snap = engine.Snapshot();
   int rc = 0;
   if (!o.save_final.empty()) {
-    const absl::string_view raw(reinterpret_cast<const char*>(snap.params->data()), snap.params->size() * sizeof(float));
-    if (absl::Status s = WriteFileAtomic(o.save_final, raw); !s.ok()) {
+    if (absl::Status s = WriteFloatsAtomic(o.save_final, *snap.params); !s.ok()) {
       std::fprintf(stderr, "muloco-server: --save_final: %s\n", std::string(s.message()).c_str());
       rc = 1;
     }

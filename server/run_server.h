@@ -9,7 +9,9 @@
 
 #include "common/tls.h"
 #include "muloco/v1/muloco.pb.h"
+#include "common/model_layout.h"
 #include "server/auth.h"
+#include "server/round_engine.h"
 #include "server/screen.h"
 #include "server/service.h"
 
@@ -36,6 +38,10 @@ struct ServerOptions {
   uint32_t transport_memory_mb = 256;   // memory gRPC's transport may hold for incoming data
   uint32_t max_threads = 4096;          // gRPC handler threads at most (a waiting worker holds one)
 };
+
+// The engine's options for this run: the codecs and the outer step from `config`, the rest
+// (quorum, timeouts, screening) from the server's options.
+EngineOptions EngineOptionsFor(const ServerOptions& o, const v1::RunConfig& config, const ParamLayout& layout);
 
 // Serves until the run ends (and its workers have left, or linger_s passed) or *stop turns
 // true (then a checkpoint is written); *reload re-reads the join tokens at once. Returns a

@@ -15,12 +15,13 @@
 #include "common/checksum.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
+#include "worker/retry.h"
 
 namespace muloco {
 
 ServerClient::ServerClient(const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials,
                            ClientOptions options)
-    : options_(options) {
+    : address_(address), options_(options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   // After a cut, reconnect within seconds (gRPC's default backoff grows to 2 minutes); the
@@ -122,6 +123,7 @@ absl::StatusOr<v1::JoinResponse> ServerClient::Join(const std::string& name, con
   v1::JoinResponse resp;
   grpc::Status s = stub_->Join(&ctx, req, &resp);
   if (!s.ok()) return FromGrpcStatus(s);
+  SetSession(resp.worker_id(), resp.session_key());
   return resp;
 }
 
@@ -168,6 +170,7 @@ absl::StatusOr<FetchedModel> ServerClient::FetchModel(uint64_t worker_id) {
   // After a stall the link first drains what the cancelled attempts left queued: each
   // attempt that moves nothing gets twice the patience (up to 16x), reset once data flows.
   double stall_s = options_.stall_timeout_s;
+  Backoff backoff;
   for (int attempt = 0;; ++attempt) {
     const size_t before = filled;
     absl::Status s = FetchFrom(worker_id, &m, &filled, stall_s);
@@ -179,7 +182,8 @@ absl::StatusOr<FetchedModel> ServerClient::FetchModel(uint64_t worker_id) {
     stall_s = filled > before ? options_.stall_timeout_s : std::min(stall_s * 2, 16 * options_.stall_timeout_s);
     LogWarn("client", "model fetch: %s; resuming at parameter %zu (attempt %d of %d)",
             std::string(s.message()).c_str(), filled, attempt + 1, options_.fetch_attempts);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100 * std::min(attempt + 1, 20)));
+    if (filled > before) backoff.Reset();
+    std::this_thread::sleep_for(std::chrono::duration<double>(backoff.Next()));
   }
   if (ParamChecksum(m.params.data(), m.params.size()) != m.checksum) {
     return absl::DataLossError("model checksum mismatch");

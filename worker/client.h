@@ -1,5 +1,6 @@
-// The worker's gRPC client: one method per RPC, chunked streams assembled and checked here,
-// gRPC statuses returned as absl::Status with their codes. No training logic.
+// The worker's gRPC transport (worker/transport.h): one method per RPC, chunked streams
+// assembled and checked here, gRPC statuses returned as absl::Status with their codes. No
+// training logic.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <grpcpp/security/credentials.h>
 
 #include "muloco/v1/muloco.grpc.pb.h"
+#include "worker/transport.h"
 
 namespace muloco {
 
@@ -28,42 +30,27 @@ struct ClientOptions {
   std::string tls_server_name;   // check the server's certificate for this name (empty: the address's host)
 };
 
-struct FetchedModel {
-  uint64_t round = 0;
-  uint64_t checksum = 0;
-  std::vector<float> params;
-};
-
-struct RoundResult {
-  uint64_t round = 0, next_round = 0, checksum = 0;
-  uint32_t contributors = 0;
-  bool done = false;
-  std::string payload;
-};
-
-class ServerClient {
+class ServerClient : public Transport {
  public:
   // `credentials`: from MakeChannelCredentials (common/tls.h).
   ServerClient(const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials,
                ClientOptions options);
 
-  absl::StatusOr<v1::JoinResponse> Join(const std::string& name, const std::string& token);
-  // The session every later call presents (from JoinResponse). Set before other calls.
-  void SetSession(uint64_t worker_id, const std::string& key);
+  // Presents the returned session (metadata muloco-worker / muloco-session) on later calls.
+  absl::StatusOr<v1::JoinResponse> Join(const std::string& name, const std::string& token) override;
   // Whole model, each chunk and the whole checksum-verified; a cut stream resumes where it
-  // stopped (from the start if the model moved on meanwhile).
-  absl::StatusOr<FetchedModel> FetchModel(uint64_t worker_id);
-  absl::Status Push(uint64_t worker_id, uint64_t round, const std::string& payload, float train_loss);
-  // Waits for the round to close, asking again each time the server's long poll ends.
-  // Returns CANCELLED once CancelAwaits() has been called.
-  absl::StatusOr<RoundResult> AwaitRound(uint64_t worker_id, uint64_t round);
-  // Cancels the AwaitRound in flight and makes every later one return CANCELLED at once.
-  // Thread-safe (the worker calls it from its stop watcher while AwaitRound blocks).
-  void CancelAwaits();
-  absl::Status Heartbeat(uint64_t worker_id, const v1::WorkerReport& report);
-  absl::Status Leave(uint64_t worker_id);
+  // stopped (from the start if the model moved on meanwhile), paced by Backoff (retry.h).
+  absl::StatusOr<FetchedModel> FetchModel(uint64_t worker_id) override;
+  absl::Status Push(uint64_t worker_id, uint64_t round, const std::string& payload, float train_loss) override;
+  // Asks again each time the server's long poll ends with the round still open.
+  absl::StatusOr<RoundResult> AwaitRound(uint64_t worker_id, uint64_t round) override;
+  void CancelAwaits() override;
+  absl::Status Heartbeat(uint64_t worker_id, const v1::WorkerReport& report) override;
+  absl::Status Leave(uint64_t worker_id) override;
+  std::string Describe() const override { return address_; }
 
  private:
+  void SetSession(uint64_t worker_id, const std::string& key);
   // Sets the deadline (seconds) and the session metadata.
   void Prepare(grpc::ClientContext& ctx, double timeout_s) const;
   absl::StatusOr<RoundResult> AwaitOnce(uint64_t worker_id, uint64_t round);
@@ -71,6 +58,7 @@ class ServerClient {
   template <typename Request, typename Reply, typename Call>
   absl::Status ShortCall(Call call, uint64_t worker_id, const std::function<void(Request*)>& fill = nullptr);
 
+  const std::string address_;
   ClientOptions options_;
   std::mutex await_mu_;
   grpc::ClientContext* await_ctx_ = nullptr;  // guarded by await_mu_: the AwaitRound call in flight

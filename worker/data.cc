@@ -83,8 +83,9 @@ absl::StatusOr<std::vector<uint16_t>> ReadTokens(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<Corpus> LoadCorpus(const std::string& path, const std::string& val_path, uint32_t vocab_size,
+absl::StatusOr<Corpus> LoadCorpus(const std::string& given_path, const std::string& val_path, uint32_t vocab_size,
                                   size_t window) {
+  const std::string path = given_path.empty() ? kDefaultCorpus : given_path;
   absl::StatusOr<Corpus> corpus;
   if (absl::EndsWith(path, ".bin")) {
     corpus.emplace();

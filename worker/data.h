@@ -21,7 +21,7 @@ struct Corpus {
   std::string description;  // for logs: source, sizes
 };
 
-// `path`: a directory or text file (bytes), or a .bin token file. `val_path`: optional .bin
+// `path`: a directory or text file (bytes), or a .bin token file; empty: kDefaultCorpus. `val_path`: optional .bin
 // validation file for token data. Every token must be < vocab_size; each split must hold
 // more than window tokens. INVALID_ARGUMENT / NOT_FOUND with the reason otherwise.
 absl::StatusOr<Corpus> LoadCorpus(const std::string& path, const std::string& val_path, uint32_t vocab_size,

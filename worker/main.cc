@@ -10,6 +10,7 @@
 #include "common/cli.h"
 #include "common/run_config.h"
 #include "common/run_config_flags.h"
+#include "worker/baseline.h"
 #include "worker/session.h"
 
 ABSL_FLAG(std::string, server, "localhost:7070", "Aggregation server address (host:port)");
@@ -36,6 +37,9 @@ ABSL_FLAG(uint32_t, chunk_bytes, 1 << 20, "Bytes per pushed chunk (keep chunk / 
 ABSL_FLAG(std::string, token_file, "", "File holding this worker's join token (first line)");
 ABSL_FLAG(uint32_t, fault_nonfinite_rounds, 0, "Fault injection for tests: make the first N updates non-finite");
 ABSL_FLAG(bool, baseline, false, "Train alone, without a server, using the run-config flags");
+ABSL_FLAG(bool, overlap, false,
+          "Train the next round while the last one is pushed, aggregated and sent back; rebase onto the new "
+          "global model when it arrives (hides communication behind compute; not for SignMuon)");
 ABSL_FLAG(double, progress_s, 30, "Log a progress line this often while a round trains (0: never)");
 
 namespace {
@@ -92,6 +96,7 @@ int main(int argc, char** argv) {
   o.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   o.fault_nonfinite_rounds = absl::GetFlag(FLAGS_fault_nonfinite_rounds);
   o.progress_s = absl::GetFlag(FLAGS_progress_s);
+  o.overlap = absl::GetFlag(FLAGS_overlap);
   if (!absl::GetFlag(FLAGS_baseline)) {
     InstallStopHandlers();
     o.stop_signal = &stop_signal;

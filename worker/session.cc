@@ -1,5 +1,4 @@
-// RunWorker / RunBaseline (see session.h). Status policy: UNAVAILABLE, RESOURCE_EXHAUSTED,
-// CANCELLED and DEADLINE_EXCEEDED (calls cut by a server restart) retry with backoff;
+// RunWorker (see session.h). Status policy: the transient codes (worker/retry.h) retry with backoff;
 // FAILED_PRECONDITION, a refused push (INVALID_ARGUMENT), a checksum mismatch or a model
 // gone non-finite resync by fetching the model; NOT_FOUND (evicted) joins again;
 // ALREADY_EXISTS on a push means an earlier attempt got through. Anything else (a refused
@@ -18,6 +17,7 @@
 #include <cstdio>
 #include <ctime>
 #include <functional>
+#include <future>
 #include <limits>
 #include <mutex>
 #include <random>
@@ -37,26 +37,21 @@
 #include "common/worker_stats.h"
 #include "worker/client.h"
 #include "worker/data.h"
+#include "worker/replica.h"
+#include "worker/retry.h"
 #include "worker/trainer.h"
+#include "worker/uplink.h"
 
 namespace muloco {
 namespace {
 
-// Writes p (raw fp32) to path atomically; nothing when path is empty.
-absl::Status SaveParams(const std::string& path, const std::vector<float>& p) {
-  if (path.empty()) return absl::OkStatus();
-  return WriteFileAtomic(path, absl::string_view(reinterpret_cast<const char*>(p.data()), p.size() * sizeof(float)));
-}
-
-absl::StatusOr<Corpus> LoadData(const WorkerOptions& o, const v1::RunConfig& c) {
-  return LoadCorpus(o.data.empty() ? kDefaultCorpus : o.data, o.val_data, c.model().vocab_size(), c.model().context());
-}
+double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // Sends heartbeats for *id every period_s until destroyed (the id changes on a rejoin),
 // each with the worker's counters from `report`.
 class HeartbeatThread {
  public:
-  HeartbeatThread(ServerClient* client, const std::atomic<uint64_t>* id, double period_s,
+  HeartbeatThread(Transport* client, const std::atomic<uint64_t>* id, double period_s,
                   std::function<v1::WorkerReport()> report)
       : thread_([=] {
           std::unique_lock<std::mutex> lock(mu_);
@@ -81,26 +76,6 @@ class HeartbeatThread {
   bool stop_ = false;
   std::thread thread_;
 };
-
-const absl::Status& StatusOf(const absl::Status& s) { return s; }
-template <typename T>
-const absl::Status& StatusOf(const absl::StatusOr<T>& s) { return s.status(); }
-
-// What a transient failure means, for the retry log line; nullptr: not transient.
-const char* TransientReason(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kUnavailable:
-      return "server unavailable";  // down, restarting, link cut
-    case absl::StatusCode::kResourceExhausted:
-      return "server busy";  // a server limit, e.g. joins per minute
-    case absl::StatusCode::kCancelled:
-      return "call cancelled";  // a server shutting down cancels the calls in flight
-    case absl::StatusCode::kDeadlineExceeded:
-      return "call timed out";
-    default:
-      return nullptr;
-  }
-}
 
 const char* SignalName(int sig) {
   switch (sig) {
@@ -177,7 +152,6 @@ class RoundProgress {
   }
 
  private:
-  static double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
   const std::string& tag_;
   const double period_s_;
@@ -195,6 +169,22 @@ bool UsableUpdate(const std::vector<float>& v) {
   return true;
 }
 
+// A pushed round, for its line once it closes.
+struct PushedRound {
+  uint64_t round = 0;
+  size_t payload_bytes = 0;
+  double train_loss = 0, train_s = 0;
+  uint32_t steps = 1;  // inner steps it trained
+};
+
+// What became of one round's push and wait (WorkerSession::Exchange).
+struct Exchanged {
+  enum Stage { kPush, kAwait, kApply };
+  absl::Status status;  // OK: the update was applied; the replica is at result.next_round
+  Stage stage = kPush;  // where it stopped when status is not OK
+  RoundResult result;
+};
+
 ClientOptions ClientOptionsFor(const WorkerOptions& o) {
   ClientOptions c;
   c.tls_server_name = o.tls_server_name;
@@ -208,8 +198,8 @@ ClientOptions ClientOptionsFor(const WorkerOptions& o) {
 // One worker's connection state: id, configuration, public model; rejoin and resync live here.
 class WorkerSession {
  public:
-  WorkerSession(const WorkerOptions& o, std::shared_ptr<grpc::ChannelCredentials> creds, std::string token)
-      : o_(o), client_(o.server, std::move(creds), ClientOptionsFor(o)), token_(std::move(token)) {
+  WorkerSession(const WorkerOptions& o, Transport* transport, std::string token)
+      : o_(o), client_(*transport), token_(std::move(token)) {
     name_ = o.name.empty() ? absl::StrCat("worker-", getpid()) : o.name;
     tag_ = absl::StrCat("worker ", SafeName(name_));
   }
@@ -221,16 +211,25 @@ class WorkerSession {
   absl::Status Resync();
   // Ends the run with an error (or, when a stop signal came meanwhile, with Stop()).
   int Fail(const absl::Status& s);
-  // Leaves on a stop signal; the round in progress is dropped. Returns 0.
-  int Stop();
+  // Leaves on a stop signal; the round in progress is dropped, the exchange in flight (if
+  // any, and not null) is waited for (its await is cancelled). Returns 0.
+  int Stop(std::future<Exchanged>* in_flight = nullptr);
+  // One round's push and wait: Push (ALREADY_EXISTS: an earlier try got through), commit
+  // the uplink's error feedback, AwaitRound (both retried), apply the update to the replica.
+  // On the main thread, or with --overlap beside the next round's training; it touches only
+  // the transport, *uplink and pub_ (which the main thread leaves alone meanwhile).
+  Exchanged Exchange(uint64_t round, const std::string& payload, float train_loss, Uplink* uplink);
+  // Acts on an exchange's outcome: counts and logs the closed round (true); after a
+  // recoverable failure resyncs (false); anything else is returned, for Fail.
+  absl::StatusOr<bool> Settle(const Exchanged& x, const PushedRound& p, double wait_s, const Uplink& uplink);
   bool Stopping() const { return o_.stop_signal != nullptr && o_.stop_signal->load() != 0; }
   // Sleeps s seconds, or less when a stop signal comes. Returns !Stopping().
   bool Nap(double s);
-  // Calls fn until it returns anything but a transient code (TransientReason), backing off
-  // exponentially from 0.1 s to 5 s with +-50% jitter, for at most timeout_s, and never
-  // after a stop signal (then the last result is returned).
+  // muloco::Retry (worker/retry.h), napping through Nap so a stop signal ends it.
   template <typename F>
-  auto Retry(F fn, double timeout_s) -> decltype(fn());
+  auto Retry(F fn, double timeout_s) -> decltype(fn()) {
+    return muloco::Retry(fn, timeout_s, [this](double s) { return Nap(s); }, tag_.c_str());
+  }
   // The end-of-run table: rounds, tokens, throughput, bytes, validation loss, wall time.
   void LogSummary() const;
   // Changes the counters that /metrics reports (only this thread writes them).
@@ -241,42 +240,24 @@ class WorkerSession {
   }
 
   const WorkerOptions& o_;
-  ServerClient client_;
+  Transport& client_;
   const std::string token_;
   std::string name_, tag_;  // tag_: "worker NAME", prefixes every log line
   std::atomic<uint64_t> id_{0};
   uint64_t join_index_ = 0;  // of the first join: seeds this worker's data order
   v1::RunConfig config_;
-  FetchedModel pub_;
+  Replica pub_;
   std::mutex stats_mu_;
   WorkerStats stats_;  // guarded by stats_mu_ for the metrics endpoint's reads
   // For the summary (this thread only).
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   double train_seconds_ = 0;                // in local training, rounds that were pushed or refused
+  double wait_seconds_ = 0;                 // training waited for the server (push, aggregation, downlink)
+  uint64_t tokens_per_round_ = 0;
   double first_val_ = -1, last_val_ = -1;   // validation losses (-1: none yet)
   uint64_t n_ = 0;                          // parameters of the model (for size notes)
   Histogram inner_steps_{DurationBuckets()};  // thread-safe: the metrics endpoint reads it
 };
-
-template <typename F>
-auto WorkerSession::Retry(F fn, double timeout_s) -> decltype(fn()) {
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  const auto start = std::chrono::steady_clock::now();
-  double backoff = 0.1;
-  for (absl::StatusCode logged = absl::StatusCode::kOk;;) {
-    auto result = fn();
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const absl::StatusCode code = StatusOf(result).code();
-    const char* reason = TransientReason(code);
-    if (reason == nullptr || waited > timeout_s || Stopping()) return result;
-    if (code != logged) {
-      LogWarn(tag_.c_str(), "%s (%s); retrying", reason, std::string(StatusOf(result).message()).c_str());
-    }
-    logged = code;
-    if (!Nap(backoff * std::uniform_real_distribution<>(0.5, 1.5)(rng))) return result;
-    backoff = std::min(5.0, backoff * 2);
-  }
-}
 
 bool WorkerSession::Nap(double s) {
   constexpr double kSlice = 0.05;  // how soon a stop signal is noticed
@@ -304,8 +285,7 @@ absl::Status WorkerSession::Join(double timeout_s) {
   if (id_ == 0) join_index_ = joined->join_index();
   config_ = joined->config();
   id_ = joined->worker_id();
-  client_.SetSession(id_, joined->session_key());
-  Logf(tag_.c_str(), "joined %s as %s (id %llu) at round %llu: %s", o_.server.c_str(), name_.c_str(),
+  Logf(tag_.c_str(), "joined %s as %s (id %llu) at round %llu: %s", client_.Describe().c_str(), name_.c_str(),
        static_cast<unsigned long long>(id_.load()), static_cast<unsigned long long>(joined->round()),
        DescribeRunConfig(config_).c_str());
   return absl::OkStatus();
@@ -317,13 +297,13 @@ absl::Status WorkerSession::Resync() {
     absl::StatusOr<FetchedModel> m =
         Retry([&] { return client_.FetchModel(id_.load()); }, o_.retry_timeout_s);
     if (m.ok()) {
-      pub_ = *std::move(m);
+      pub_.Reset(*std::move(m));
       Count([&](WorkerStats& st) {
         ++st.model_fetches;
-        st.round = pub_.round;
+        st.round = pub_.round();
       });
-      Logf(tag_.c_str(), "fetched model at round %llu (%zu parameters)", static_cast<unsigned long long>(pub_.round),
-           pub_.params.size());
+      Logf(tag_.c_str(), "fetched model at round %llu (%zu parameters)", static_cast<unsigned long long>(pub_.round()),
+           pub_.size());
       return absl::OkStatus();
     }
     if (m.status().code() != absl::StatusCode::kNotFound) return m.status();
@@ -339,9 +319,10 @@ int WorkerSession::Fail(const absl::Status& s) {
   return 1;
 }
 
-int WorkerSession::Stop() {
+int WorkerSession::Stop(std::future<Exchanged>* in_flight) {
+  if (in_flight != nullptr && in_flight->valid()) in_flight->wait();
   Logf(tag_.c_str(), "leaving: %s at round %llu", SignalName(o_.stop_signal->load()),
-       static_cast<unsigned long long>(pub_.round));
+       static_cast<unsigned long long>(pub_.round()));
   if (id_ == 0) return 0;  // never joined
   if (absl::Status s = client_.Leave(id_.load()); !s.ok()) {
     LogWarn(tag_.c_str(), "Leave failed (%s); the server will evict this worker", s.ToString().c_str());
@@ -365,7 +346,8 @@ void WorkerSession::LogSummary() const {
   Logf(tag, "summary: %-10s %s", "up", bytes(stats_.bytes_up).c_str());
   Logf(tag, "summary: %-10s %s", "down", bytes(stats_.bytes_down).c_str());
   Logf(tag, "summary: %-10s %.4f first, %.4f last", "val_loss", first_val_, last_val_);
-  Logf(tag, "summary: %-10s %.1f s (%.1f s training)", "wall time", wall_s, train_seconds_);
+  Logf(tag, "summary: %-10s %.1f s (%.1f s training, %.1f s waiting for the server)", "wall time", wall_s,
+       train_seconds_, wait_seconds_);
 }
 
 int WorkerSession::Run() {
@@ -388,17 +370,23 @@ int WorkerSession::Run() {
   StopWatcher stop_watcher(o_.stop_signal, [this] { client_.CancelAwaits(); });
   if (absl::Status s = Join(o_.connect_timeout_s); !s.ok()) {
     if (Stopping()) return Stop();
-    LogError(tag_.c_str(), "cannot join %s: %s", o_.server.c_str(), s.ToString().c_str());
+    LogError(tag_.c_str(), "cannot join %s: %s", client_.Describe().c_str(), s.ToString().c_str());
     return 1;
   }
-  absl::StatusOr<Corpus> corpus = LoadData(o_, config_);
+  absl::StatusOr<Corpus> corpus =
+      LoadCorpus(o_.data, o_.val_data, config_.model().vocab_size(), config_.model().context());
   if (!corpus.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat("data: ", corpus.status().message())));
   Logf(tag_.c_str(), "data %s", corpus->description.c_str());
   auto trainer = std::make_unique<Trainer>(config_, &*corpus, config_.data_seed() + join_index_);
   const ParamLayout layout = GptLayout(config_.model());
   const size_t n = TotalParams(layout);
-  const std::vector<Segment> uplink = PlanSegments(CodecShapes(layout), *ParseCodec(config_.uplink_codec()));
   const bool signmuon = KindsOf(config_).mode == RunMode::kSignMuon;
+  const bool overlap = o_.overlap && !signmuon;
+  if (o_.overlap && signmuon) {
+    LogWarn(tag_.c_str(), "--overlap: SignMuon takes one step per round, nothing to overlap; running without it");
+  }
+  Uplink uplink(PlanSegments(CodecShapes(layout), *ParseCodec(config_.uplink_codec())), signmuon, config_.ef_beta(), n,
+                config_.data_seed() + join_index_);
   auto heartbeat = std::make_unique<HeartbeatThread>(&client_, &id_, o_.heartbeat_s, [this] {
     std::lock_guard<std::mutex> lock(stats_mu_);
     return ToReport(stats_);
@@ -406,153 +394,220 @@ int WorkerSession::Run() {
   if (absl::Status s = Resync(); !s.ok()) return Fail(s);
 
   n_ = n;
-  std::vector<float> delta(n), ef(n, 0.0f);  // error feedback persists across rounds
+  std::vector<float> delta(n), local(n);
+  std::vector<float> at_push(overlap ? n : 0);  // overlap: the parameters the round in flight was pushed from
   const uint64_t tokens_per_step = uint64_t{config_.batch_size()} * config_.model().context();
-  const uint64_t tokens_per_round = (signmuon ? 1 : config_.inner_steps()) * tokens_per_step;
-  auto evaluate = [&](uint64_t round) {
-    last_val_ = trainer->Evaluate(pub_.params.data());
+  tokens_per_round_ = (signmuon ? 1 : config_.inner_steps()) * tokens_per_step;
+  uint64_t last_eval = ~uint64_t{0};
+  // Evaluates the public model every eval_every rounds, and always when `final`.
+  auto maybe_evaluate = [&](bool final = false) {
+    const uint64_t r = pub_.round();
+    const bool due = config_.eval_every() && r % config_.eval_every() == 0 && r != last_eval;
+    if (!due && !final) return;
+    last_eval = r;
+    last_val_ = trainer->Evaluate(pub_.params().data());
     Count([&](WorkerStats& st) { st.val_loss = last_val_; });
     if (first_val_ < 0) first_val_ = last_val_;
-    Logf(tag_.c_str(), "eval: round %llu val_loss %.4f", static_cast<unsigned long long>(round), last_val_);
+    Logf(tag_.c_str(), "eval: round %llu val_loss %.4f", static_cast<unsigned long long>(r), last_val_);
   };
-  // NOT_FOUND (this server does not know us: evicted, or restarted) and FAILED_PRECONDITION
-  // (stale round) both end in a resync; anything else but the transient codes (retried) is fatal.
-  auto recoverable = [](const absl::Status& s) {
-    return s.code() == absl::StatusCode::kNotFound || s.code() == absl::StatusCode::kFailedPrecondition;
+  // The run ends for this worker after `x`: the final round closed, or --leave_after.
+  auto finished = [&](const Exchanged& x) {
+    if (x.result.done) return true;
+    if (!o_.leave_after || stats_.rounds_done < o_.leave_after) return false;
+    Logf(tag_.c_str(), "leaving after %llu rounds (--leave_after)", static_cast<unsigned long long>(stats_.rounds_done));
+    return true;
   };
-  uint64_t last_eval = ~uint64_t{0};
+  // Overlap: the last pushed round's exchange, running while the next round trains.
+  std::future<Exchanged> in_flight;
+  PushedRound flying;  // what in_flight pushed
+  bool done = false;
+  double wait_s = 0;          // this round's training waited this long for the server
+  uint32_t steps_done = 0;    // of the round training now
+  // Overlap: ends the exchange in flight. Once its update is applied, the trainer's
+  // parameters move onto the new public model keeping the progress made since the push:
+  // θ ← θ_pub + (θ − θ_push); the next pseudo-gradient θ_pub − θ_end then counts only that
+  // progress. Returns whether training goes on (false: resynced, or this worker is done).
+  auto land = [&]() -> absl::StatusOr<bool> {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Exchanged x = in_flight.get();
+    wait_s += Seconds(std::chrono::steady_clock::now() - t0);
+    absl::StatusOr<bool> applied = Settle(x, flying, wait_s, uplink);
+    if (!applied.ok() || !*applied) return applied;
+    if (finished(x)) {
+      done = true;
+      return false;
+    }
+    trainer->GetParams(local.data());
+    const std::vector<float>& pub = pub_.params();
+    for (size_t i = 0; i < n; ++i) local[i] += pub[i] - at_push[i];
+    trainer->SetParams(local.data());
+    Logf(tag_.c_str(), "round %llu: rebased onto round %llu's model after %u of %u steps",
+         static_cast<unsigned long long>(flying.round + 1), static_cast<unsigned long long>(pub_.round()), steps_done,
+         config_.inner_steps());
+    maybe_evaluate();
+    return true;
+  };
   constexpr int kMaxBadRounds = 3;
   int bad_rounds = 0;  // in a row
   uint32_t injected_faults = 0;
-  for (;;) {
-    if (Stopping()) return Stop();
-    const uint64_t r = pub_.round;
-    if (r >= config_.total_rounds()) break;  // resynced after the run ended: the final model is ours
-    if (config_.eval_every() && r % config_.eval_every() == 0 && r != last_eval) {
-      evaluate(r);
-      last_eval = r;
+  while (!done) {
+    if (Stopping()) return Stop(&in_flight);
+    const bool continuing = in_flight.valid();
+    const uint64_t r = continuing ? flying.round + 1 : pub_.round();
+    if (!continuing) {
+      if (r >= config_.total_rounds()) break;  // resynced after the run ended: the final model is ours
+      maybe_evaluate();
     }
-    std::vector<float> ef_next;  // ef after this push; adopted only once the push is accepted
-    double train_loss = 0;
-    std::string payload;
-    auto went_bad = [&] {  // never push a non-finite update: start over from the server's model
-      LogWarn(tag_.c_str(),
-              "round %llu: the update is non-finite or out of range; resetting the optimizer and resyncing",
-              static_cast<unsigned long long>(r));
-      if (++bad_rounds >= kMaxBadRounds) {
-        return absl::InternalError(absl::StrCat("training gave non-finite or out-of-range updates ", bad_rounds,
-                                                " rounds in a row from the server's model: lower the learning rate"));
+    wait_s = 0;
+    steps_done = 0;
+    absl::StatusOr<bool> keep = true;  // false: the round's training is dropped (overlap: resynced or done)
+    double train_loss = 0, train_s = 0;
+    if (r < config_.total_rounds()) {
+      const auto train_start = std::chrono::steady_clock::now();
+      RoundProgress progress(tag_, o_.progress_s, r, config_.inner_steps(), tokens_per_step);
+      auto step_start = train_start;
+      auto after_step = [&](uint32_t steps) {
+        const auto now = std::chrono::steady_clock::now();
+        inner_steps_.Observe(Seconds(now - step_start));
+        step_start = now;
+        steps_done = steps;
+        progress.AfterStep(steps);
+        if (in_flight.valid() && in_flight.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+          keep = land();  // the update arrived mid-round: rebase now
+          if (!keep.ok() || !*keep) return false;
+        }
+        return !Stopping();
+      };
+      if (signmuon) {
+        train_loss = trainer->SignDirection(pub_.params().data(), delta.data());
+        inner_steps_.Observe(Seconds(std::chrono::steady_clock::now() - train_start));
+      } else if (continuing) {
+        train_loss = trainer->TrainSteps(r * config_.inner_steps(), after_step);
+      } else {
+        train_loss = trainer->TrainRound(pub_.params().data(), r * config_.inner_steps(), delta.data(), after_step);
       }
-      trainer = std::make_unique<Trainer>(config_, &*corpus, config_.data_seed() + join_index_);
-      std::fill(ef.begin(), ef.end(), 0.0f);
-      return Resync();
-    };
-    // SignMuon's vote needs only each coordinate's sign: no error feedback.
-    const auto train_start = std::chrono::steady_clock::now();
-    RoundProgress progress(tag_, o_.progress_s, r, config_.inner_steps(), tokens_per_step);
-    auto step_start = train_start;
-    train_loss = signmuon ? trainer->SignDirection(pub_.params.data(), delta.data())
-                          : trainer->TrainRound(pub_.params.data(), r * config_.inner_steps(), delta.data(),
-                                                [&](uint32_t done) {
-                                                  const auto now = std::chrono::steady_clock::now();
-                                                  inner_steps_.Observe(std::chrono::duration<double>(now - step_start).count());
-                                                  step_start = now;
-                                                  progress.AfterStep(done);
-                                                  return !Stopping();
-                                                });
-    const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
-    if (signmuon) inner_steps_.Observe(train_s);
-    if (Stopping()) return Stop();  // never push a partial round
+      train_s = Seconds(std::chrono::steady_clock::now() - train_start);
+    }
+    if (Stopping()) return Stop(&in_flight);  // never push a partial round
+    if (keep.ok() && *keep && in_flight.valid()) keep = land();
+    if (!keep.ok()) return Fail(keep.status());
+    if (!*keep || done || r >= config_.total_rounds()) continue;
     train_seconds_ += train_s;
+    if (continuing) {  // rebased: Δ = θ_pub − θ_end
+      trainer->GetParams(local.data());
+      const std::vector<float>& pub = pub_.params();
+      for (size_t i = 0; i < n; ++i) delta[i] = pub[i] - local[i];
+    }
     if (injected_faults < o_.fault_nonfinite_rounds) {
       ++injected_faults;
       delta[0] = std::numeric_limits<float>::quiet_NaN();
     }
-    if (!UsableUpdate(delta)) {
-      if (absl::Status s = went_bad(); !s.ok()) return Fail(s);
+    if (!UsableUpdate(delta)) {  // never push a non-finite update: start over from the server's model
+      LogWarn(tag_.c_str(),
+              "round %llu: the update is non-finite or out of range; resetting the optimizer and resyncing",
+              static_cast<unsigned long long>(r));
+      if (++bad_rounds >= kMaxBadRounds) {
+        return Fail(absl::InternalError(absl::StrCat("training gave non-finite or out-of-range updates ", bad_rounds,
+                                                     " rounds in a row from the server's model: lower the learning rate")));
+      }
+      trainer = std::make_unique<Trainer>(config_, &*corpus, config_.data_seed() + join_index_);
+      uplink.Reset();
+      if (absl::Status s = Resync(); !s.ok()) return Fail(s);
       continue;
     }
     bad_rounds = 0;
-    if (signmuon) {
-      // Zero directions (e.g. embedding rows of bytes absent from the batch) get coins seeded
-      // by this worker and round, so that workers do not all vote the same way for them.
-      const uint64_t tie_seed = (config_.data_seed() + join_index_ + 1) * 0x9E3779B97F4A7C15ULL ^ r * 0xC2B2AE3D27D4EB4FULL;
-      payload = Compress(uplink, nullptr, 1.0f, delta.data(), tie_seed);
-    } else {  // compress into a copy of ef, so a refused push loses nothing
-      ef_next = ef;
-      payload = Compress(uplink, delta.data(), config_.ef_beta(), ef_next.data());
-    }
-    absl::Status pushed = Retry([&] { return client_.Push(id_.load(), r, payload, static_cast<float>(train_loss)); },
-                                o_.retry_timeout_s);
-    if (Stopping()) return Stop();
-    // An earlier attempt of this push got through (its reply was lost): the server has it.
-    if (pushed.code() == absl::StatusCode::kAlreadyExists) pushed = absl::OkStatus();
-    if (recoverable(pushed) || pushed.code() == absl::StatusCode::kInvalidArgument) {
-      LogWarn(tag_.c_str(), "push for round %llu refused (%s); resyncing", static_cast<unsigned long long>(r),
-              std::string(pushed.message()).c_str());
-      if (absl::Status s = Resync(); !s.ok()) return Fail(s);
+    std::string payload = uplink.Encode(delta.data(), r);
+    const PushedRound pushed{r, payload.size(), train_loss, train_s, signmuon ? 1 : config_.inner_steps()};
+    if (overlap) {  // train the next round while this one is pushed, aggregated and sent back
+      trainer->GetParams(at_push.data());
+      flying = pushed;
+      in_flight = std::async(std::launch::async, [this, r, payload = std::move(payload), train_loss, &uplink] {
+        return Exchange(r, payload, static_cast<float>(train_loss), &uplink);
+      });
       continue;
     }
-    if (!pushed.ok()) return Fail(pushed);
-    double ef_norm = 0;
-    if (!signmuon) {
-      ef.swap(ef_next);
-      for (float v : ef) ef_norm += static_cast<double>(v) * v;
-      ef_norm = std::sqrt(ef_norm);
-    }
-    absl::StatusOr<RoundResult> result =
-        Retry([&] { return client_.AwaitRound(id_.load(), r); }, o_.retry_timeout_s);
-    if (Stopping()) return Stop();
-    if (recoverable(result.status())) {
-      LogWarn(tag_.c_str(), "round %llu: %s; resyncing", static_cast<unsigned long long>(r),
-              std::string(result.status().message()).c_str());
-      if (absl::Status s = Resync(); !s.ok()) return Fail(s);
-      continue;
-    }
-    if (!result.ok()) return Fail(result.status());
-    absl::Status applied = DecodeAccumulate(result->payload, n, pub_.params.data());
-    if (!applied.ok() || ParamChecksum(pub_.params.data(), n) != result->checksum) {
-      LogWarn(tag_.c_str(), "round %llu: update %s; fetching the model", static_cast<unsigned long long>(r),
-              applied.ok() ? "checksum mismatch" : applied.ToString().c_str());
-      if (absl::Status s = Resync(); !s.ok()) return Fail(s);
-    } else {
-      pub_.round = result->next_round;
-      pub_.checksum = result->checksum;
-    }
-    Count([&](WorkerStats& st) {
-      ++st.rounds_done;
-      st.round = pub_.round;
-      st.bytes_up += payload.size();
-      st.bytes_down += result->payload.size();
-      st.tokens += tokens_per_round;
-      st.train_loss = train_loss;
-      st.ef_residual_norm = ef_norm;
-      st.inner_step_seconds = train_s / (signmuon ? 1 : config_.inner_steps());
-      st.tokens_per_second = train_s > 0 ? tokens_per_round / train_s : 0;
-    });
-    Logf(tag_.c_str(),
-         "round %llu: train_loss %.4f, up %zu bytes (%s), down %zu bytes (%s), %u contributors, checksum %016llx ok",
-         static_cast<unsigned long long>(r), train_loss, payload.size(), SizeNote(payload.size(), 1, n).c_str(),
-         result->payload.size(), SizeNote(result->payload.size(), 1, n).c_str(), result->contributors,
-         static_cast<unsigned long long>(pub_.checksum));
-    if (result->done) break;
-    if (o_.leave_after && stats_.rounds_done >= o_.leave_after) {
-      Logf(tag_.c_str(), "leaving after %llu rounds (--leave_after)",
-           static_cast<unsigned long long>(stats_.rounds_done));
-      break;
-    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const Exchanged x = Exchange(r, payload, static_cast<float>(train_loss), &uplink);
+    if (Stopping()) return Stop(nullptr);
+    absl::StatusOr<bool> applied = Settle(x, pushed, Seconds(std::chrono::steady_clock::now() - t0), uplink);
+    if (!applied.ok()) return Fail(applied.status());
+    done = *applied && finished(x);
   }
-  evaluate(pub_.round);
+  maybe_evaluate(/*final=*/true);
   heartbeat.reset();
   client_.Leave(id_.load()).IgnoreError();
-  if (absl::Status s = SaveParams(o_.save_final, pub_.params); !s.ok()) return Fail(s);
+  if (!o_.save_final.empty()) {
+    if (absl::Status s = WriteFloatsAtomic(o_.save_final, pub_.params()); !s.ok()) return Fail(s);
+  }
   Logf(tag_.c_str(),
        "final: val_loss %.4f (start %.4f) after %llu rounds; up %llu bytes, down %llu bytes; checksum %016llx",
        last_val_, first_val_, static_cast<unsigned long long>(stats_.rounds_done),
        static_cast<unsigned long long>(stats_.bytes_up), static_cast<unsigned long long>(stats_.bytes_down),
-       static_cast<unsigned long long>(pub_.checksum));
+       static_cast<unsigned long long>(pub_.checksum()));
   LogSummary();
   return 0;
+}
+
+Exchanged WorkerSession::Exchange(uint64_t round, const std::string& payload, float train_loss, Uplink* uplink) {
+  Exchanged x;
+  absl::Status pushed = Retry([&] { return client_.Push(id_.load(), round, payload, train_loss); }, o_.retry_timeout_s);
+  // An earlier attempt of this push got through (its reply was lost): the server has it.
+  if (pushed.code() == absl::StatusCode::kAlreadyExists) pushed = absl::OkStatus();
+  if (!pushed.ok()) {
+    x.status = pushed;
+    return x;
+  }
+  uplink->Commit();
+  x.stage = Exchanged::kAwait;
+  absl::StatusOr<RoundResult> result = Retry([&] { return client_.AwaitRound(id_.load(), round); }, o_.retry_timeout_s);
+  if (!result.ok()) {
+    x.status = result.status();
+    return x;
+  }
+  x.result = *std::move(result);
+  x.stage = Exchanged::kApply;
+  x.status = pub_.Apply(x.result);
+  return x;
+}
+
+absl::StatusOr<bool> WorkerSession::Settle(const Exchanged& x, const PushedRound& p, double wait_s,
+                                           const Uplink& uplink) {
+  const auto r = static_cast<unsigned long long>(p.round);
+  if (!x.status.ok()) {
+    // NOT_FOUND (this server does not know us: evicted, or restarted), FAILED_PRECONDITION
+    // (stale round), a refused payload and an update that does not apply end in a resync;
+    // anything else but the transient codes (retried in Exchange) is fatal.
+    const absl::StatusCode c = x.status.code();
+    const bool recoverable = c == absl::StatusCode::kNotFound || c == absl::StatusCode::kFailedPrecondition ||
+                             (x.stage == Exchanged::kPush && c == absl::StatusCode::kInvalidArgument) ||
+                             x.stage == Exchanged::kApply;
+    if (!recoverable || Stopping()) return x.status;
+    static constexpr const char* kWhat[] = {"push refused", "waiting for the round failed", "update not applied"};
+    LogWarn(tag_.c_str(), "round %llu: %s (%s); resyncing", r, kWhat[x.stage], x.status.ToString().c_str());
+    if (absl::Status s = Resync(); !s.ok()) return s;
+    return false;
+  }
+  const RoundResult& u = x.result;
+  Count([&](WorkerStats& st) {
+    ++st.rounds_done;
+    st.round = pub_.round();
+    st.bytes_up += p.payload_bytes;
+    st.bytes_down += u.payload.size();
+    st.tokens += tokens_per_round_;
+    st.train_loss = p.train_loss;
+    st.ef_residual_norm = uplink.ResidualNorm();
+    st.inner_step_seconds = p.train_s / p.steps;
+    st.tokens_per_second = p.train_s > 0 ? tokens_per_round_ / p.train_s : 0;
+    st.wait_seconds = wait_s;
+  });
+  wait_seconds_ += wait_s;
+  Logf(tag_.c_str(),
+       "round %llu: train_loss %.4f, up %zu bytes (%s), down %zu bytes (%s), %u contributors, trained %.2f s, "
+       "waited %.2f s, checksum %016llx ok",
+       r, p.train_loss, p.payload_bytes, SizeNote(p.payload_bytes, 1, n_).c_str(), u.payload.size(),
+       SizeNote(u.payload.size(), 1, n_).c_str(), u.contributors, p.train_s, wait_s,
+       static_cast<unsigned long long>(pub_.checksum()));
+  return true;
 }
 
 int RunWorker(const WorkerOptions& o) {
@@ -570,43 +625,12 @@ int RunWorker(const WorkerOptions& o) {
       return 2;
     }
   }
-  return WorkerSession(o, *std::move(creds), std::move(token)).Run();
+  ServerClient client(o.server, *std::move(creds), ClientOptionsFor(o));
+  return RunWorkerOver(o, &client, token);
 }
 
-int RunBaseline(const v1::RunConfig& config, const WorkerOptions& o) {
-  absl::StatusOr<Corpus> corpus = LoadData(o, config);
-  if (!corpus.ok()) {
-    std::fprintf(stderr, "muloco-worker: data: %s\n", corpus.status().ToString().c_str());
-    return 1;
-  }
-  Logf("baseline", "%s; data %s", DescribeRunConfig(config).c_str(), corpus->description.c_str());
-  Trainer trainer(config, &*corpus, config.data_seed());
-  std::vector<float> params = InitParams(config.model(), GptLayout(config.model()));
-  trainer.SetParams(params.data());
-  double first_val = -1, last_val = -1;
-  const auto start = std::chrono::steady_clock::now();
-  for (uint64_t r = 0; r <= config.total_rounds(); ++r) {
-    if (r == config.total_rounds() || (config.eval_every() && r % config.eval_every() == 0)) {
-      trainer.GetParams(params.data());
-      last_val = trainer.Evaluate(params.data());
-      if (first_val < 0) first_val = last_val;
-      Logf("baseline", "eval: round %llu val_loss %.4f", static_cast<unsigned long long>(r), last_val);
-    }
-    if (r == config.total_rounds()) break;
-    double loss = 0;
-    for (uint32_t h = 0; h < config.inner_steps(); ++h) loss += trainer.InnerStep(r * config.inner_steps() + h);
-    Logf("baseline", "round %llu: train_loss %.4f", static_cast<unsigned long long>(r), loss / config.inner_steps());
-  }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double tokens = static_cast<double>(config.total_rounds()) * config.inner_steps() * config.batch_size() *
-                        config.model().context();
-  trainer.GetParams(params.data());
-  if (absl::Status s = SaveParams(o.save_final, params); !s.ok()) {
-    LogError("baseline", "%s", s.ToString().c_str());
-    return 1;
-  }
-  Logf("baseline", "final: val_loss %.4f (start %.4f), %.0f tokens/s", last_val, first_val, tokens / secs);
-  return 0;
+int RunWorkerOver(const WorkerOptions& o, Transport* transport, const std::string& token) {
+  return WorkerSession(o, transport, token).Run();
 }
 
 }  // namespace muloco

@@ -1,5 +1,6 @@
-// A worker's whole life: join, fetch, train rounds, push, apply global updates, leave
-// (RunWorker); or the single-process baseline with the same model and data (RunBaseline).
+// A worker's whole life: join, fetch, train rounds, push, apply global updates, leave.
+// RunWorker talks gRPC to a server; RunWorkerOver takes any transport (worker/transport.h),
+// e.g. an in-process engine.
 #pragma once
 
 #include <atomic>
@@ -7,6 +8,7 @@
 
 #include "common/tls.h"
 #include "muloco/v1/muloco.pb.h"
+#include "worker/transport.h"
 
 namespace muloco {
 
@@ -27,6 +29,9 @@ struct WorkerOptions {
   double stall_timeout_s = 120;            // a fetch or push moving no chunk this long is cancelled and retried
   size_t chunk_bytes = 1 << 20;            // bytes per pushed chunk
   uint32_t fault_nonfinite_rounds = 0;     // fault injection (tests): the first N updates get a NaN
+  // Train the next round while the last one is pushed, aggregated and sent back; rebase onto
+  // the new public model when it arrives (communication hidden behind compute).
+  bool overlap = false;
   double progress_s = 30;                  // log a progress line this often while a round trains (0: never)
   // Set by main's SIGTERM/SIGINT handler to the signal's number (null: never stops). Once
   // nonzero the worker drops the round in progress, sends Leave and exits 0.
@@ -36,6 +41,8 @@ struct WorkerOptions {
 // Returns a process exit code: 0 at the end of the run, after --leave_after rounds, or when
 // *stop_signal is set.
 int RunWorker(const WorkerOptions& options);
-int RunBaseline(const v1::RunConfig& config, const WorkerOptions& options);
+// The same over `transport` (options.server and the TLS fields are not used); `token` is
+// presented at Join.
+int RunWorkerOver(const WorkerOptions& options, Transport* transport, const std::string& token);
 
 }  // namespace muloco

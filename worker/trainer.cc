@@ -149,9 +149,7 @@ double Trainer::SignDirection(const float* global, float* direction) {
 
 std::vector<std::string> Trainer::MuonTensorNames() const { return impl_->muon_names; }
 
-double Trainer::TrainRound(const float* global, uint64_t first_step, float* delta, const StepCallback& after_step) {
-  const size_t n = num_params();
-  SetParams(global);
+double Trainer::TrainSteps(uint64_t first_step, const StepCallback& after_step) {
   double loss_sum = 0;
   uint32_t steps = 0;
   while (steps < impl_->config.inner_steps()) {
@@ -159,9 +157,16 @@ double Trainer::TrainRound(const float* global, uint64_t first_step, float* delt
     ++steps;
     if (after_step && !after_step(steps)) break;
   }
+  return loss_sum / steps;
+}
+
+double Trainer::TrainRound(const float* global, uint64_t first_step, float* delta, const StepCallback& after_step) {
+  const size_t n = num_params();
+  SetParams(global);
+  const double loss = TrainSteps(first_step, after_step);
   GetParams(delta);
   for (size_t i = 0; i < n; ++i) delta[i] = global[i] - delta[i];
-  return loss_sum / steps;
+  return loss;
 }
 
 double Trainer::Evaluate(const float* flat) {

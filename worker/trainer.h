@@ -34,7 +34,11 @@ class Trainer {
   // stops the round early (delta then holds a partial round, not to be pushed).
   using StepCallback = std::function<bool(uint32_t steps_done)>;
 
-  // SetParams(global), H inner steps from first_step, delta = global − local.
+  // H inner steps from the current parameters (global step first_step onwards); returns
+  // the mean training loss over the steps taken.
+  double TrainSteps(uint64_t first_step, const StepCallback& after_step = nullptr);
+
+  // SetParams(global), TrainSteps, delta = global − local.
   // Returns the mean training loss over the steps taken. `after_step` may be empty.
   double TrainRound(const float* global, uint64_t first_step, float* delta, const StepCallback& after_step = nullptr);
 

@@ -22,7 +22,9 @@ def rss_kib(pid):
 class FaultTolerance(ClusterTest):
     def test_server_killed_and_restarted_loses_no_round(self):
         ckpt = self.path("ckpt")
-        flags = [*TINY, "--rounds=12", "--inner_steps=10", f"--checkpoint_dir={ckpt}",
+        # --min_quorum=2: the restarted server waits for both workers (else one alone can finish
+        # the run before the other's backoff brings it back, and that one retries a dead server).
+        flags = [*TINY, "--rounds=12", "--inner_steps=10", "--min_quorum=2", f"--checkpoint_dir={ckpt}",
                  f"--save_final={self.path('server.bin')}"]
         server, addr = self.start_server(*flags, name="server1")
         workers = [self.start_worker(addr, f"--save_final={self.path(f'w{i}.bin')}", "--heartbeat_s=0.5",
@@ -105,7 +107,9 @@ class FaultTolerance(ClusterTest):
         rounds = closed_rounds(server.text())
         self.assertEqual([r for r, _ in rounds], list(range(200)))
         self.assertGreaterEqual(spawned, 10)
-        self.assertGreaterEqual(len(re.findall(r"left;", server.text())), 10)
+        # Joiners leave (--leave_after, or at the end of the run) or, when the run ends first, are evicted.
+        departed = len(re.findall(r"left;", server.text())) + len(re.findall(r"evicting worker", server.text()))
+        self.assertGreaterEqual(departed, 10)
         print(f"churn: {spawned} joiners over 200 rounds; server RSS {rss[50]} KiB at round 50, "
               f"{rss[190]} KiB at round 190")
         self.assertLess(rss[190] - rss[50], 8 * 1024)

@@ -81,7 +81,7 @@ class Progress(ClusterTest):
         self.assertRegex(text, r"summary: down +\d+ bytes \([\d.]+x smaller than dense fp32, [\d.]+ bits/param\)")
         losses = self.val_losses(w)
         self.assertRegex(text, rf"summary: val_loss +{losses[0]:.4f} first, {losses[2]:.4f} last")
-        self.assertRegex(text, r"summary: wall time +[\d.]+ s \([\d.]+ s training\)")
+        self.assertRegex(text, r"summary: wall time +[\d.]+ s \([\d.]+ s training, [\d.]+ s waiting for the server\)")
 
     def test_no_progress_lines_by_default_on_short_runs(self):
         server, addr = self.start_server(*TINY, "--rounds=2", "--inner_steps=12")

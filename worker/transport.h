@@ -1,0 +1,54 @@
+// The worker's view of the server: the calls a worker makes, whatever carries them. Two
+// implementations: ServerClient (gRPC, worker/client.h) and LocalTransport (in-process over
+// a RoundEngine, worker/local_transport.h: tests and simulations run N workers in one
+// process). Both return the engine's status codes (server/round_engine.h); what a worker
+// does with each code is in worker/session.cc and worker/retry.h. Thread-safe: a worker's
+// heartbeat thread calls Heartbeat while its main thread pushes or waits.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "muloco/v1/muloco.pb.h"
+
+namespace muloco {
+
+// θ_pub at the start of a round, checksum-verified by the transport.
+struct FetchedModel {
+  uint64_t round = 0;
+  uint64_t checksum = 0;
+  std::vector<float> params;
+};
+
+// The global update that closed a round (the downlink payload) and what follows it.
+struct RoundResult {
+  uint64_t round = 0, next_round = 0, checksum = 0;
+  uint32_t contributors = 0;
+  bool done = false;
+  std::string payload;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // Admits this worker. The transport keeps the returned session and presents it on every
+  // later call.
+  virtual absl::StatusOr<v1::JoinResponse> Join(const std::string& name, const std::string& token) = 0;
+  // The whole public model of the open round.
+  virtual absl::StatusOr<FetchedModel> FetchModel(uint64_t worker_id) = 0;
+  virtual absl::Status Push(uint64_t worker_id, uint64_t round, const std::string& payload, float train_loss) = 0;
+  // Waits for `round` to close, however long that takes. CANCELLED once CancelAwaits() was called.
+  virtual absl::StatusOr<RoundResult> AwaitRound(uint64_t worker_id, uint64_t round) = 0;
+  // Ends the AwaitRound in flight and makes every later one return CANCELLED at once.
+  virtual void CancelAwaits() = 0;
+  virtual absl::Status Heartbeat(uint64_t worker_id, const v1::WorkerReport& report) = 0;
+  virtual absl::Status Leave(uint64_t worker_id) = 0;
+  // Where the server is, for log lines ("localhost:7070", "in-process").
+  virtual std::string Describe() const = 0;
+};
+
+}  // namespace muloco
