@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -319,6 +321,28 @@ absl::Status DecodeSegment(const Segment& s, const char* d, float* sum) {
   return Bad("unknown scheme");
 }
 
+// Runs fn(first, last) over contiguous ranges of units (unit i spans elements
+// [offset[i], offset[i + 1])) holding about equal elements, one range per thread, on up to
+// `threads` threads (the caller's thread when one).
+void ParallelUnits(const std::vector<uint64_t>& offset, int threads, const std::function<void(size_t, size_t)>& fn) {
+  const size_t units = offset.size() - 1;
+  const size_t workers = std::max<size_t>(1, std::min<size_t>(std::max(threads, 1), units));
+  if (workers == 1) return fn(0, units);
+  std::vector<size_t> cut{0};
+  for (size_t t = 1; t < workers; ++t) {
+    const uint64_t target = offset.back() * t / workers;
+    size_t u = cut.back();
+    while (u < units && offset[u + 1] <= target) ++u;
+    cut.push_back(u);
+  }
+  cut.push_back(units);
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t + 1 < cut.size(); ++t) {
+    if (cut[t] < cut[t + 1]) pool.emplace_back(fn, cut[t], cut[t + 1]);
+  }
+  for (std::thread& th : pool) th.join();
+}
+
 struct Parsed {
   std::vector<Segment> segments;
   std::vector<const char*> data;  // start of each segment's data
@@ -493,11 +517,21 @@ std::string SizeNote(uint64_t bytes, uint64_t payloads, uint64_t n) {
 }
 
 std::string Compress(const std::vector<Segment>& segments, const float* delta, float beta, float* ef,
-                     uint64_t tie_seed) {
+                     uint64_t tie_seed, int threads) {
   std::string out(PayloadBytes(segments), '\0');
   char* h = out.data();
-  uint64_t elements = 0;
-  char* data = h + kPayloadHeaderBytes + segments.size() * kSegmentEntryBytes;
+  std::vector<uint64_t> elements_at{0}, data_at{kPayloadHeaderBytes + segments.size() * kSegmentEntryBytes};
+  for (const Segment& s : segments) {
+    elements_at.push_back(elements_at.back() + s.numel);
+    data_at.push_back(data_at.back() + SegmentDataBytes(s));
+  }
+  const uint64_t elements = elements_at.back();
+  ParallelUnits(elements_at, threads, [&](size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) {
+      const uint64_t at = elements_at[i];
+      CompressSegment(segments[i], delta ? delta + at : nullptr, beta, ef + at, h + data_at[i], tie_seed + at);
+    }
+  });
   for (size_t i = 0; i < segments.size(); ++i) {
     const Segment& s = segments[i];
     char* e = h + kPayloadHeaderBytes + i * kSegmentEntryBytes;
@@ -508,9 +542,6 @@ std::string Compress(const std::vector<Segment>& segments, const float* delta, f
     Store<uint32_t>(e + 12, s.rows);
     Store<uint64_t>(e + 16, s.numel);
     Store<uint64_t>(e + 24, SegmentDataBytes(s));
-    CompressSegment(s, delta ? delta + elements : nullptr, beta, ef + elements, data, tie_seed + elements);
-    data += SegmentDataBytes(s);
-    elements += s.numel;
   }
   std::memcpy(h, kMagic, 4);
   Store<uint8_t>(h + 4, kPayloadVersion);
@@ -540,6 +571,64 @@ absl::Status DecodeAccumulate(absl::string_view payload, size_t expected_element
     off += p->segments[i].numel;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<double> DecodedNorm(absl::string_view payload, size_t expected_elements) {
+  absl::StatusOr<Parsed> p = Parse(payload, expected_elements);
+  if (!p.ok()) return p.status();
+  uint64_t largest = 0;
+  for (size_t i = 0; i < p->segments.size(); ++i) {
+    if (absl::Status s = DecodeSegment<false>(p->segments[i], p->data[i], nullptr); !s.ok()) return s;
+    largest = std::max(largest, p->segments[i].numel);
+  }
+  std::vector<float> values(largest);
+  double sq = 0;
+  for (size_t i = 0; i < p->segments.size(); ++i) {
+    const uint64_t n = p->segments[i].numel;
+    std::fill(values.begin(), values.begin() + n, 0.0f);
+    DecodeSegment<true>(p->segments[i], p->data[i], values.data()).IgnoreError();  // validated above
+    for (uint64_t j = 0; j < n; ++j) sq += static_cast<double>(values[j]) * values[j];
+  }
+  return std::sqrt(sq);
+}
+
+void SumPayloads(const std::vector<WeightedPayload>& payloads, size_t expected_elements, float* sum, int threads) {
+  std::vector<Parsed> parsed;
+  for (const WeightedPayload& w : payloads) parsed.push_back(*Parse(w.payload, expected_elements));  // validated
+  if (parsed.empty()) return;
+  // Work units: segment i of every payload, when all payloads share one segment table;
+  // otherwise one unit, the whole payloads (a run whose codec is not fixed).
+  bool aligned = true;
+  for (const Parsed& q : parsed) {
+    aligned = aligned && q.segments.size() == parsed[0].segments.size();
+    for (size_t i = 0; aligned && i < q.segments.size(); ++i) aligned = q.segments[i].numel == parsed[0].segments[i].numel;
+  }
+  const size_t units = aligned ? parsed[0].segments.size() : 1;
+  std::vector<uint64_t> offset(units + 1, 0);
+  for (size_t i = 0; i < units; ++i) offset[i + 1] = offset[i] + (aligned ? parsed[0].segments[i].numel : expected_elements);
+  // Units [first, last): every payload's segments there, payloads in order, scaled ones
+  // through a zeroed buffer: each element sees the same additions in the same order as
+  // decoding the payloads one after another would make.
+  auto run = [&](size_t first, size_t last) {
+    std::vector<float> values;
+    for (size_t k = 0; k < payloads.size(); ++k) {
+      const Parsed& q = parsed[k];
+      const size_t segs_first = aligned ? first : 0, segs_last = aligned ? last : q.segments.size();
+      uint64_t off = aligned ? offset[first] : 0;
+      for (size_t i = segs_first; i < segs_last; ++i) {
+        const Segment& seg = q.segments[i];
+        if (payloads[k].scale == 1.0f) {
+          DecodeSegment<true>(seg, q.data[i], sum + off).IgnoreError();
+        } else {
+          values.assign(seg.numel, 0.0f);
+          DecodeSegment<true>(seg, q.data[i], values.data()).IgnoreError();
+          for (uint64_t j = 0; j < seg.numel; ++j) sum[off + j] += payloads[k].scale * values[j];
+        }
+        off += seg.numel;
+      }
+    }
+  };
+  ParallelUnits(offset, threads, run);
 }
 
 absl::Status CheckPlan(absl::string_view payload, const std::vector<Segment>& plan) {

@@ -104,8 +104,9 @@ std::string SizeNote(uint64_t bytes, uint64_t payloads, uint64_t n);
 // delta is null), payload = C(ef), ef <- ef - decode(payload). Returns the payload.
 // `tie_seed` decides the sign bits of exactly zero elements in sign segments (element i:
 // kernels::TieBit(tie_seed + i)); workers whose votes are summed must use different seeds.
+// `threads` > 1 compresses ranges of segments on that many threads: the same bytes.
 std::string Compress(const std::vector<Segment>& segments, const float* delta, float beta, float* ef,
-                     uint64_t tie_seed = 0);
+                     uint64_t tie_seed = 0, int threads = 1);
 
 // Plain encoding of x (no feedback kept).
 std::string Encode(const std::vector<Segment>& segments, const float* x);
@@ -113,6 +114,21 @@ std::string Encode(const std::vector<Segment>& segments, const float* x);
 // Validates everything (expected_elements must match), then sum[i] += decoded[i]. Nothing
 // is written when the payload is rejected (INVALID_ARGUMENT with the reason).
 absl::Status DecodeAccumulate(absl::string_view payload, size_t expected_elements, float* sum);
+
+// Validates like DecodeAccumulate and returns the L2 norm of the decoded values, holding one
+// segment's values at a time (memory: the largest segment, not the model).
+absl::StatusOr<double> DecodedNorm(absl::string_view payload, size_t expected_elements);
+
+struct WeightedPayload {
+  absl::string_view payload;
+  float scale = 1.0f;  // sum += scale * decoded (1: decoded straight into the sum)
+};
+// sum += Σ scale·decode(payload), over `threads` threads, each taking a contiguous range of
+// segments of every payload (payloads sharing one segment table; otherwise on one thread).
+// Every element receives its additions in payload order, so the result is bit-identical to
+// decoding the payloads one after another, for any thread count.
+// REQUIRES: every payload passed DecodeAccumulate's validation (e.g. DecodedNorm).
+void SumPayloads(const std::vector<WeightedPayload>& payloads, size_t expected_elements, float* sum, int threads);
 
 // OK when the payload is well framed and its segment table is exactly `plan` (the run's
 // codec); INVALID_ARGUMENT otherwise. Checks framing only: DecodeAccumulate still validates

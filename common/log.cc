@@ -2,6 +2,8 @@
 // single write(2) under a mutex, so concurrent lines never interleave.
 #include "common/log.h"
 
+#include <atomic>
+
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -61,7 +63,14 @@ const char* LogLevelName(LogLevel level) {
   return "INFO";
 }
 
+namespace {
+std::atomic<int> min_level{static_cast<int>(LogLevel::kInfo)};
+}  // namespace
+
+void SetMinLogLevel(LogLevel level) { min_level = static_cast<int>(level); }
+
 void VLog(LogLevel level, const char* tag, const char* fmt, va_list ap) {
+  if (static_cast<int>(level) < min_level) return;
   char msg[kMaxMessage];
   vsnprintf(msg, sizeof msg, fmt, ap);
   timeval tv;

@@ -19,6 +19,10 @@ void LogWarn(const char* tag, const char* fmt, ...) __attribute__((format(printf
 void LogError(const char* tag, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 void VLog(LogLevel level, const char* tag, const char* fmt, va_list ap) __attribute__((format(printf, 3, 0)));
 
+// Lines below `level` are dropped from now on (default kInfo: everything). For tools whose
+// own output is the point (benchmarks); servers and workers log everything.
+void SetMinLogLevel(LogLevel level);
+
 // "INFO", "WARN" or "ERROR".
 const char* LogLevelName(LogLevel level);
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
@@ -31,12 +32,13 @@ RoundEngine::RoundEngine(EngineOptions options, EngineState state, const Clock* 
       clock_(clock),
       num_params_(state.theta_pub.size()),
       downlink_(options_.downlink.empty() ? DenseSegments(num_params_) : options_.downlink),
+      close_threads_(options_.close_threads > 0 ? options_.close_threads
+                                                : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))),
       outer_(options_.outer, num_params_),
       theta_true_(std::move(state.theta_true)),
       theta_pub_(std::make_shared<const std::vector<float>>(std::move(state.theta_pub))),
       open_round_(state.open_round),
       sum_(num_params_, 0.0f),
-      scratch_(options_.aggregation == Aggregation::kMean ? num_params_ : 0, 0.0f),
       screen_(options_.screen),
       votes_(options_.aggregation == Aggregation::kVote ? num_params_ : 0, 0) {
   if (state.momentum.size() == outer_.momentum_buffer().size()) outer_.set_momentum_buffer(std::move(state.momentum));
@@ -99,6 +101,14 @@ void RoundEngine::ForgetLocked(uint64_t worker_id) {
 }
 
 absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_view payload) {
+  // kMean: the payload is validated and its Δ's norm computed before taking the lock, so
+  // concurrent pushes decode on all cores (each holds one segment's values, not a model).
+  const bool vote = options_.aggregation == Aggregation::kVote;
+  absl::StatusOr<double> norm = 0.0;
+  if (!vote) {
+    const absl::Status plan = options_.uplink.empty() ? absl::OkStatus() : CheckPlan(payload, options_.uplink);
+    norm = plan.ok() ? DecodedNorm(payload, num_params_) : plan;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   auto member = members_.find(worker_id);
   if (member == members_.end()) {
@@ -106,16 +116,14 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
     return absl::NotFoundError(absl::StrCat("unknown worker ", worker_id, "; join again"));
   }
   member->second.last_seen = clock_->Now();
-  const bool vote = options_.aggregation == Aggregation::kVote;
   Member& m = member->second;
-  // Validates into scratch_ (kMean: the decoded Δ, for its norm) or `counts` (kVote).
+  // kMean: the result of the check above. kVote: validates while adding the signs to `counts`.
   auto validate = [&](int32_t* counts) -> absl::Status {
+    if (!vote) return norm.status();
     if (!options_.uplink.empty()) {
       if (absl::Status s = CheckPlan(payload, options_.uplink); !s.ok()) return s;
     }
-    if (vote) return VoteAccumulate(payload, num_params_, counts);
-    std::fill(scratch_.begin(), scratch_.end(), 0.0f);
-    return DecodeAccumulate(payload, num_params_, scratch_.data());
+    return VoteAccumulate(payload, num_params_, counts);
   };
   if (!done_ && round + 1 == m.next_round) {
     // Its push of this round was accepted and closed the round; the reply was lost.
@@ -155,9 +163,7 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
     return s;
   }
   if (!vote) {
-    double sq = 0;
-    for (float v : scratch_) sq += static_cast<double>(v) * v;
-    pending_.push_back(Pending{worker_id, m.name, std::string(payload), std::sqrt(sq)});
+    pending_.push_back(Pending{worker_id, m.name, std::string(payload), *norm});
     pending_bytes_ += payload.size();
   }
   m.proven = true;
@@ -190,10 +196,11 @@ size_t RoundEngine::SumScreenedLocked() {
   for (const Pending& p : pending_) norms.push_back(p.norm);
   const double limit = screen_.Threshold(norms);
   std::vector<double> summed;
+  std::vector<WeightedPayload> kept;  // validated at Push
   std::string report;
   for (const Pending& p : pending_) {
     if (p.norm <= limit) {
-      DecodeAccumulate(p.payload, num_params_, sum_.data()).IgnoreError();  // validated at Push
+      kept.push_back({p.payload, 1.0f});
       summed.push_back(p.norm);
       continue;
     }
@@ -202,12 +209,10 @@ size_t RoundEngine::SumScreenedLocked() {
     absl::StrAppend(&report, report.empty() ? "" : "; ", p.name, " (", p.worker_id, ") ", reject ? "left out" : "clipped",
                     ": norm ", absl::SixDigits(p.norm), " > ", absl::SixDigits(limit));
     if (reject) continue;
-    std::fill(scratch_.begin(), scratch_.end(), 0.0f);
-    DecodeAccumulate(p.payload, num_params_, scratch_.data()).IgnoreError();
-    const float scale = static_cast<float>(limit / p.norm);
-    for (size_t i = 0; i < num_params_; ++i) sum_[i] += scale * scratch_[i];
+    kept.push_back({p.payload, static_cast<float>(limit / p.norm)});
     summed.push_back(limit);
   }
+  SumPayloads(kept, num_params_, sum_.data(), close_threads_);
   if (!report.empty()) {
     LogWarn("server", "round %llu screening (%s): %s", static_cast<unsigned long long>(open_round_),
             screen_.mode() == Robust::kReject ? "reject" : "clip", report.c_str());
@@ -225,8 +230,16 @@ std::shared_ptr<const std::string> RoundEngine::PublishLocked() {
   // will. What the compression leaves out stays in θ_true − θ_pub for later rounds.
   const std::vector<float>& pub = *theta_pub_;
   for (size_t i = 0; i < n; ++i) sum_[i] = theta_true_[i] - pub[i];
-  auto payload = std::make_shared<const std::string>(Compress(downlink_, nullptr, 1.0f, sum_.data()));
-  auto next_pub = std::make_shared<std::vector<float>>(pub);
+  auto payload = std::make_shared<const std::string>(Compress(downlink_, nullptr, 1.0f, sum_.data(), 0, close_threads_));
+  // θ_pub's buffer of two rounds ago, when no reader holds it any more: copying into memory
+  // already mapped spares the page faults of a fresh model-sized allocation every round.
+  std::shared_ptr<std::vector<float>> next_pub;
+  if (spare_pub_ != nullptr && spare_pub_.use_count() == 1) {
+    next_pub = std::move(spare_pub_);
+    *next_pub = pub;
+  } else {
+    next_pub = std::make_shared<std::vector<float>>(pub);
+  }
   if (const absl::Status applied = DecodeAccumulate(*payload, n, next_pub->data()); !applied.ok()) {
     // θ_true left the range a payload may carry (or our encoder has a bug). Discard the
     // step rather than stop serving: the global model stays θ_pub, the momentum restarts.
@@ -239,12 +252,14 @@ std::shared_ptr<const std::string> RoundEngine::PublishLocked() {
     payload = std::make_shared<const std::string>(Compress(downlink_, nullptr, 1.0f, sum_.data()));
     return payload;  // θ_pub unchanged: the zero update decodes to exactly nothing
   }
+  spare_pub_ = std::const_pointer_cast<std::vector<float>>(theta_pub_);
   theta_pub_ = std::move(next_pub);
   pub_checksum_ = ParamChecksum(theta_pub_->data(), n);
   return payload;
 }
 
 void RoundEngine::CloseRoundLocked() {
+  const auto close_start = std::chrono::steady_clock::now();
   const size_t n = num_params_;
   size_t contributors = pushed_.size();
   if (options_.aggregation == Aggregation::kVote) {
@@ -277,6 +292,7 @@ void RoundEngine::CloseRoundLocked() {
   stats_.stragglers += missing;
   stats_.last_contributors = update.contributors;
   stats_.last_expected = static_cast<uint32_t>(expected_.size());
+  stats_.last_close_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - close_start).count();
   round_durations_.Observe(clock_->Now() - round_open_time_);
   round_open_time_ = clock_->Now();
   done_ = update.done;

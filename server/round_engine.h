@@ -74,6 +74,7 @@ struct EngineOptions {
   Aggregation aggregation = Aggregation::kMean;
   std::vector<MatrixRange> polar;    // kVote: matrices whose vote gets a Newton–Schulz polar step
   int polar_steps = 5;
+  int close_threads = 0;             // threads summing the payloads at a round's close (0: one per core)
   // Called under the engine's lock after every `checkpoint_every`-th round closes and after
   // the final round, before any waiter learns of the close: a committed round is on disk
   // before any worker acts on it. 0 / empty: no checkpoints.
@@ -113,6 +114,7 @@ struct EngineStats {
   uint64_t downlink_resets = 0;  // rounds whose step was discarded because the downlink failed its check
   uint64_t stragglers = 0;       // expected workers missing when a round closed, summed over rounds
   uint32_t last_contributors = 0, last_expected = 0;  // of the last closed round
+  double last_close_seconds = 0;  // the last close's work: screening, summing, outer step, downlink (no checkpoint)
   HistogramData round_durations;  // seconds from a round's opening to its close
   // Live workers' latest reports (Report); the server's open round minus a worker's round
   // is its staleness.
@@ -220,12 +222,14 @@ class RoundEngine {
   const Clock* const clock_;
   const size_t num_params_;
   const std::vector<Segment> downlink_;
+  const int close_threads_;
 
   mutable std::mutex mu_;
   std::condition_variable round_closed_;
   OuterSgd outer_;                                     // guarded by mu_
   std::vector<float> theta_true_;                      // guarded by mu_
   std::shared_ptr<const std::vector<float>> theta_pub_;  // guarded by mu_; replaced, never mutated
+  std::shared_ptr<std::vector<float>> spare_pub_;      // guarded by mu_; a retired θ_pub, reused once unread
   uint64_t pub_checksum_ = 0;                          // guarded by mu_
   uint64_t open_round_ = 0;                            // guarded by mu_
   bool done_ = false;                                  // guarded by mu_
@@ -234,7 +238,6 @@ class RoundEngine {
   std::set<uint64_t> expected_;                        // guarded by mu_
   std::set<uint64_t> pushed_;                          // guarded by mu_
   std::vector<float> sum_;                             // guarded by mu_
-  std::vector<float> scratch_;                         // guarded by mu_; one decoded Δ (kMean)
   std::vector<Pending> pending_;                       // guarded by mu_; this round's pushes, in arrival order
   uint64_t pending_bytes_ = 0;                         // guarded by mu_
   NormScreen screen_;                                  // guarded by mu_

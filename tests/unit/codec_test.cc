@@ -268,5 +268,70 @@ TEST(Codec, HostilePayloadsAreRejectedWithoutWrites) {
   EXPECT_EQ(DecodeAccumulate(dense, n + 1, sum.data()).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The server's close: SumPayloads over threads must equal decoding the payloads one after
+// another, bit for bit, with clipping scales; DecodedNorm equals the decoded vector's norm.
+TEST(Codec, SumPayloadsMatchesSequentialDecodingForAnyThreadCount) {
+  const std::vector<TensorShape> shapes = {{64, 64 * 48, false}, {1, 300, true}, {32, 1024, false}, {1, 7, true}, {128, 2048, false}};
+  size_t n = 0;
+  for (const TensorShape& t : shapes) n += t.numel;
+  for (const char* spec : {"lloyd:bits=2,chunk=512", "topk:chunk=64,k=5,bits=2", "dense-fp32"}) {
+    const std::vector<Segment> plan = PlanSegments(shapes, *ParseCodec(spec));
+    std::vector<std::string> payloads;
+    std::vector<WeightedPayload> weighted;
+    std::vector<float> expected(n, 0.5f), scratch(n);
+    for (int k = 0; k < 5; ++k) {
+      payloads.push_back(Encode(plan, Random(n, 10 + k, 0.01f).data()));
+    }
+    for (int k = 0; k < 5; ++k) {
+      const float scale = k == 3 ? 0.37f : 1.0f;
+      weighted.push_back({payloads[k], scale});
+      std::fill(scratch.begin(), scratch.end(), 0.0f);
+      ASSERT_TRUE(DecodeAccumulate(payloads[k], n, scratch.data()).ok());
+      double sq = 0;
+      for (size_t i = 0; i < n; ++i) {
+        expected[i] += scale == 1.0f ? scratch[i] : scale * scratch[i];
+        sq += static_cast<double>(scratch[i]) * scratch[i];
+      }
+      absl::StatusOr<double> norm = DecodedNorm(payloads[k], n);
+      ASSERT_TRUE(norm.ok()) << norm.status();
+      EXPECT_DOUBLE_EQ(*norm, std::sqrt(sq)) << spec;
+    }
+    // Sequential reference for unit scales is DecodeAccumulate straight into the sum.
+    std::vector<float> reference(n, 0.5f);
+    for (int k = 0; k < 5; ++k) {
+      if (weighted[k].scale == 1.0f) {
+        ASSERT_TRUE(DecodeAccumulate(payloads[k], n, reference.data()).ok());
+      } else {
+        std::fill(scratch.begin(), scratch.end(), 0.0f);
+        ASSERT_TRUE(DecodeAccumulate(payloads[k], n, scratch.data()).ok());
+        for (size_t i = 0; i < n; ++i) reference[i] += weighted[k].scale * scratch[i];
+      }
+    }
+    EXPECT_EQ(std::memcmp(reference.data(), expected.data(), n * sizeof(float)), 0);
+    for (int threads : {1, 2, 3, 8}) {
+      std::vector<float> sum(n, 0.5f);
+      SumPayloads(weighted, n, sum.data(), threads);
+      EXPECT_EQ(std::memcmp(sum.data(), reference.data(), n * sizeof(float)), 0) << spec << " threads " << threads;
+    }
+  }
+  EXPECT_EQ(DecodedNorm("garbage", 10).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The server's downlink: Compress over threads writes the same bytes and residual.
+TEST(Codec, CompressOnThreadsWritesTheSameBytes) {
+  const std::vector<TensorShape> shapes = {{64, 64 * 48, false}, {1, 300, true}, {32, 1024, false}, {128, 2048, false}};
+  size_t n = 0;
+  for (const TensorShape& t : shapes) n += t.numel;
+  for (const char* spec : {"lloyd:bits=2,chunk=512", "topk:chunk=64,k=5,bits=2", "sign:chunk=4096,vectors=same"}) {
+    const std::vector<Segment> plan = PlanSegments(shapes, *ParseCodec(spec));
+    const std::vector<float> delta = Random(n, 3, 0.01f);
+    std::vector<float> ef1 = Random(n, 4, 0.001f), ef3 = ef1;
+    const std::string one = Compress(plan, delta.data(), 0.9f, ef1.data(), 77, 1);
+    const std::string three = Compress(plan, delta.data(), 0.9f, ef3.data(), 77, 3);
+    EXPECT_EQ(one, three) << spec;
+    EXPECT_EQ(std::memcmp(ef1.data(), ef3.data(), n * sizeof(float)), 0) << spec;
+  }
+}
+
 }  // namespace
 }  // namespace muloco
