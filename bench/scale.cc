@@ -317,7 +317,7 @@ Row OverGrpc(const v1::RunConfig& config, const std::string& codec, size_t worke
 int main(int argc, char** argv) {
   using namespace muloco;
   absl::ParseCommandLine(argc, argv);
-  SetMinLogLevel(LogLevel::kWarn);
+  SetMinLogLevel(LogLevel::kError);  // not even the servers' --insecure warning: the tables are the output
   const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
   int threads = absl::GetFlag(FLAGS_push_threads);
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

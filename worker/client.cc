@@ -25,12 +25,17 @@ ServerClient::ServerClient(const std::string& address, std::shared_ptr<grpc::Cha
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   // After a cut, reconnect within seconds (gRPC's default backoff grows to 2 minutes); the
-  // worker's own retry loop paces the calls. Keepalive pings find silently dead links.
+  // worker's own retry loop paces the calls. (MIN_RECONNECT_BACKOFF is also gRPC's connect
+  // timeout, so a handshake behind more than ~2 s of queueing fails and is retried; raising
+  // it to 5 s or 20 s kept a worker from ever reconnecting after a cut link came back in
+  // test_fault_tolerance, so it stays short.) Keepalive pings find silently dead links; their
+  // timeout also bounds unacknowledged data (TCP_USER_TIMEOUT), so it must exceed a slow
+  // link's queueing delay: 20 s.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
   channel_ = grpc::CreateCustomChannel(address, std::move(credentials), args);

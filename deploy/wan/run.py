@@ -1,0 +1,460 @@
+#!/usr/bin/python3
+"""deploy/wan/run.py: the WAN comparison benchmark (run as root). Runs one muloco-server and K
+workers, each in its own network namespace joined to the server's by a tbf-shaped veth link
+(deploy/wan/netns.sh), and compares dense DiLoCo, MuLoCo 2-bit + error feedback, SignMuon
+and MuLoCo 2-bit with --overlap on wall time per round (compute / blocked on the server /
+push), time to a target validation loss and bytes up and down.
+
+The link rate is not picked by hand: for each scenario (a 1B-parameter model on one H100 per
+site over 1 Gbit/s between datacenters, or over 100 Mbit/s for volunteers) it computes the
+ratio of dense fp32 communication time to compute time per round, measures this machine's
+compute time per round for the small test model (a short unshaped calibration run), and
+shapes the link so that the small model's dense payload gives the same ratio.
+
+  deploy/wan/run.py                                  # both scenarios, all methods (~9-12 min on 2 cores)
+  deploy/wan/run.py --rounds 3 --scenario volunteer --methods dense,muloco-2bit
+See deploy/wan/README.md.
+"""
+import argparse
+import csv
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.normpath(os.path.join(HERE, "../.."))
+NETNS = os.path.join(HERE, "netns.sh")
+PORT = 7070           # inside the server namespace: nothing else listens there
+METRICS_PORT = 9090   # the server's metrics, on the server namespace's loopback only
+
+# method name -> (server preset and flags, worker flags, rounds multiplier is H for SignMuon)
+METHODS = {
+    "dense": dict(label="dense DiLoCo (fp32)", preset="diloco"),
+    "muloco-2bit": dict(label="MuLoCo 2-bit+EF", preset="muloco-2bit"),
+    "signmuon": dict(label="SignMuon (1-bit vote)", preset="signmuon"),
+    "muloco-2bit-overlap": dict(label="MuLoCo 2-bit+EF --overlap", preset="muloco-2bit", overlap=True),
+}
+
+SCENARIOS = {  # name -> (description, link Mbit/s)
+    "datacenter": ("two datacenters, one H100 each, 1 Gbit/s between them", "dc_mbit"),
+    "volunteer": ("volunteers, one H100 each, 100 Mbit/s home/office links", "volunteer_mbit"),
+}
+
+# ---------------------------------------------------------------- processes and cleanup
+
+_procs = []  # every child started (each in its own session: killed by process group)
+
+
+def kill_all():
+    for p in _procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+    _procs.clear()
+
+
+def on_signal(signum, _frame):
+    raise SystemExit(128 + signum)  # unwinds into the finally blocks: children killed, namespaces removed
+
+
+def netns(*args, check=True, quiet=False):
+    r = subprocess.run([NETNS, *map(str, args)], capture_output=True, text=True)
+    if not quiet and r.stdout.strip():
+        print(r.stdout.rstrip())
+    if check and r.returncode != 0:
+        raise RuntimeError(f"netns.sh {' '.join(map(str, args))} failed ({r.returncode}): {r.stderr.strip()}")
+    return r
+
+
+def spawn(ns, argv, log_path):
+    log = open(log_path, "w")
+    p = subprocess.Popen(["ip", "netns", "exec", ns, *argv], stdout=log, stderr=subprocess.STDOUT,
+                         start_new_session=True)
+    log.close()
+    _procs.append(p)
+    return p
+
+
+# ---------------------------------------------------------------- log parsing
+
+def stamp(line):
+    return datetime.strptime(line.split(" ", 1)[0], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp()
+
+
+ROUND_RE = re.compile(r"round (\d+): train_loss ([\d.naif-]+), up (\d+) bytes .*?down (\d+) bytes .*?contributors"
+                      r"(?:, trained ([\d.]+) s, waited ([\d.]+) s)?, checksum ([0-9a-f]+) ok")
+EVAL_RE = re.compile(r"eval: round (\d+) val_loss ([\d.]+)")
+FINAL_RE = re.compile(r"final: val_loss ([\d.]+) \(start ([\d.]+)\) after (\d+) rounds; up (\d+) bytes, "
+                      r"down (\d+) bytes; checksum ([0-9a-f]+)")
+SUMMARY_RE = re.compile(r"summary: wall time\s+([\d.]+) s \(([\d.]+) s training(?:, ([\d.]+) s waiting)?")
+
+
+def parse_worker(text):
+    w = dict(rounds=[], evals=[], joined=None, fetched=None, final=None, train_total=None, wait_total=None)
+    for line in text.splitlines():
+        if w["joined"] is None and " joined " in line:
+            w["joined"] = stamp(line)
+        elif w["fetched"] is None and "fetched model" in line:
+            w["fetched"] = stamp(line)
+        elif m := ROUND_RE.search(line):
+            w["rounds"].append(dict(t=stamp(line), round=int(m[1]), up=int(m[3]), down=int(m[4]),
+                                    trained=float(m[5]) if m[5] else None,
+                                    waited=float(m[6]) if m[6] else None, checksum=m[7]))
+        elif m := EVAL_RE.search(line):
+            w["evals"].append((stamp(line), int(m[1]), float(m[2])))
+        elif m := FINAL_RE.search(line):
+            w["final"] = dict(t=stamp(line), val=float(m[1]), start=float(m[2]), rounds=int(m[3]), up=int(m[4]), down=int(m[5]),
+                              checksum=m[6])
+        elif m := SUMMARY_RE.search(line):
+            w["train_total"] = float(m[2])
+            w["wait_total"] = float(m[3]) if m[3] else None
+    return w
+
+
+def metric(text, name):
+    m = re.search(rf"^{name} ([\d.e+-]+)$", text or "", re.M)
+    return float(m[1]) if m else None
+
+
+class Scraper(threading.Thread):
+    """Keeps the server's latest /metrics (scraped on the server namespace's loopback): the
+    push durations are measured there, and the server exits soon after the last worker leaves."""
+
+    def __init__(self, ns, proc):
+        super().__init__(daemon=True)
+        self.ns, self.proc, self.text = ns, proc, None
+        url = f"http://127.0.0.1:{METRICS_PORT}/metrics"
+        self.cmd = (["curl", "-s", "-m", "2", url] if shutil.which("curl") else
+                    [sys.executable, "-c", f"import urllib.request as u; print(u.urlopen('{url}', timeout=2).read().decode())"])
+
+    def run(self):
+        while self.proc.poll() is None:
+            r = subprocess.run(["ip", "netns", "exec", self.ns, *self.cmd], capture_output=True, text=True)
+            if r.returncode == 0 and "muloco_push_duration_seconds_count" in r.stdout:
+                self.text = r.stdout
+            time.sleep(0.5)
+
+
+# ---------------------------------------------------------------- one run
+
+def run_method(a, tag, name, method, k, rounds, rate_mbit, logdir, overlap_ok):
+    """Runs the server and k workers to the end of the run; returns the parsed outcome."""
+    os.makedirs(logdir, exist_ok=True)
+    signmuon = method["preset"] == "signmuon"
+    h = 1 if signmuon else a.inner_steps
+    n_rounds = rounds * a.inner_steps if signmuon else rounds  # same inner steps (tokens) for every method
+    server_flags = [f"--preset={method['preset']}", f"--rounds={n_rounds}", f"--eval_batches={a.eval_batches}",
+                    f"--eval_every={a.inner_steps if signmuon else 1}", "--linger_s=30", "--round_timeout_s=600",
+                    "--heartbeat_timeout_s=120", "--idle_timeout_s=300"]
+    if not signmuon:
+        server_flags.append(f"--inner_steps={h}")
+    worker_flags = ["--progress_s=0", "--heartbeat_s=5", "--stall_timeout_s=120"]
+    overlap = bool(method.get("overlap"))
+    if overlap and overlap_ok:
+        worker_flags.append("--overlap")
+    sns = f"mwan-s-{tag}"
+    server = spawn(sns, [a.server_bin, f"--listen=0.0.0.0:{PORT}", "--insecure", "--open_join",
+                         f"--metrics_listen=127.0.0.1:{METRICS_PORT}", *server_flags],
+                   os.path.join(logdir, "server.log"))
+    deadline = time.time() + 30
+    while "serving on port" not in open(os.path.join(logdir, "server.log")).read():
+        if server.poll() is not None or time.time() > deadline:
+            raise RuntimeError(f"{name}: server did not start:\n{open(os.path.join(logdir, 'server.log')).read()}")
+        time.sleep(0.05)
+    scraper = Scraper(sns, server)
+    scraper.start()
+    t0 = time.time()
+    workers = []
+    for i in range(k):
+        addr = netns("addr", tag, f"w{i}", quiet=True).stdout.strip()
+        workers.append(spawn(f"mwan-w{i}-{tag}", [a.worker_bin, f"--server={addr}:{PORT}", "--insecure",
+                                                   f"--name=w{i}", *worker_flags],
+                             os.path.join(logdir, f"w{i}.log")))
+    # A generous bound: every round at dense payloads both ways, three times over, plus start-up.
+    dense_comm = 2 * a.dense_bytes * 8 / (rate_mbit * 1e6) if rate_mbit > 0 else 0
+    timeout = 120 + 3 * rounds * ((a.compute_s or 30) + dense_comm + 2) + (3 * n_rounds if signmuon else 0)
+    codes = []
+    for p in workers:
+        try:
+            codes.append(p.wait(timeout=max(1, timeout - (time.time() - t0))))
+        except subprocess.TimeoutExpired:
+            codes.append(None)
+    try:
+        codes.append(server.wait(timeout=60))
+    except subprocess.TimeoutExpired:
+        codes.append(None)
+    kill_all()
+    wall = time.time() - t0
+    scraper.join(timeout=5)
+    ws = [parse_worker(open(os.path.join(logdir, f"w{i}.log")).read()) for i in range(k)]
+    stext = open(os.path.join(logdir, "server.log")).read()
+    m = re.search(r"final checksum ([0-9a-f]+)", stext)
+    server_sum = m[1] if m else None
+    push_n = metric(scraper.text, "muloco_push_duration_seconds_count")
+    push_s = metric(scraper.text, "muloco_push_duration_seconds_sum")
+    return dict(name=name, label=method["label"], overlap=overlap, overlap_used=overlap and overlap_ok,
+                signmuon=signmuon, h=h, n_rounds=n_rounds, codes=codes, wall=wall, workers=ws,
+                server_checksum=server_sum, push_mean=(push_s / push_n) if push_n else None, logdir=logdir)
+
+
+def summarize(r, target, rate_mbit):
+    """One table row from a run's logs (worker w0 for the timeline; every worker for agreement)."""
+    w0 = r["workers"][0]
+    rounds = w0["rounds"]
+    n = len(rounds)
+    row = dict(method=r["label"], link_mbit=round(rate_mbit, 3), rounds=n, steps_per_round=r["h"],
+               exit_ok=all(c == 0 for c in r["codes"]))
+    finals = [w["final"]["checksum"] if w["final"] else None for w in r["workers"]]
+    row["replicas_agree"] = bool(r["server_checksum"]) and all(c == r["server_checksum"] for c in finals)
+    if not n or w0["fetched"] is None:
+        row["note"] = f"no rounds completed (see {r['logdir']})"
+        return row
+    start = min(w["joined"] for w in r["workers"] if w["joined"])
+    round_s = (rounds[-1]["t"] - w0["fetched"]) / n
+    trained = [x["trained"] for x in rounds if x["trained"] is not None]
+    waited = [x["waited"] for x in rounds if x["waited"] is not None]
+    compute = sum(trained) / len(trained) if trained else (w0["train_total"] or 0) / n
+    row.update(round_s=round_s, compute_s=compute,
+               waited_s=(sum(waited) / len(waited)) if waited else None,
+               push_s=r["push_mean"],
+               s_per_step=round_s / r["h"],
+               up_bytes=w0["final"]["up"] if w0["final"] else sum(x["up"] for x in rounds),
+               down_bytes=w0["final"]["down"] if w0["final"] else sum(x["down"] for x in rounds),
+               ideal_comm_s=(rounds[-1]["up"] + rounds[-1]["down"]) * 8 / (rate_mbit * 1e6) if rate_mbit else 0.0,
+               final_val=w0["final"]["val"] if w0["final"] else (w0["evals"][-1][2] if w0["evals"] else None),
+               wall_s=(w0["final"]["t"] if w0["final"] else rounds[-1]["t"]) - start)
+    if row["waited_s"] is not None:
+        row["other_s"] = round_s - compute - row["waited_s"]  # evaluation, encoding, rebasing
+    if target is not None:
+        # Only trained models count: the initial model (round 0) never reaches a target.
+        hit = next(((t, rnd) for t, rnd, v in w0["evals"] if rnd >= 1 and v <= target), None)
+        row["target_val"] = target
+        row["time_to_target_s"] = (hit[0] - start) if hit else None
+        row["steps_to_target"] = hit[1] * r["h"] if hit else None
+    notes = []
+    if r["overlap"] and not r["overlap_used"]:
+        notes.append("overlap: not available in this build")
+    if not row["exit_ok"]:
+        notes.append(f"exit codes {r['codes']}")
+    if not row["replicas_agree"]:
+        notes.append(f"checksums differ: server {r['server_checksum']} workers {finals}")
+    row["note"] = "; ".join(notes)
+    return row
+
+
+COLUMNS = ["scenario", "method", "link_mbit", "rounds", "steps_per_round", "round_s", "compute_s", "waited_s",
+           "push_s", "other_s", "ideal_comm_s", "s_per_step", "final_val", "target_val", "time_to_target_s",
+           "steps_to_target", "wall_s", "up_bytes", "down_bytes", "exit_ok", "replicas_agree", "note"]
+
+
+def fmt(v, nd=2):
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "NO"
+    if isinstance(v, float):
+        return f"{v:.{nd}f}"
+    return str(v)
+
+
+def print_table(rows):
+    print()
+    head = (f"{'scenario':<10} {'method':<27} {'Mbit/s':>7} {'rnds':>4} {'H':>3} {'round s':>8} {'compute':>8} "
+            f"{'waited':>7} {'push':>6} {'other':>6} {'ideal':>6} {'s/step':>7} {'final val':>9} "
+            f"{'to target s':>11} {'MB up':>7} {'MB down':>8} {'ok':>3}  note")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        mb = lambda b: f"{b / 1e6:.3f}" if b is not None else "-"
+        ttt = fmt(r.get("time_to_target_s"), 1) if r.get("target_val") is not None else "-"
+        if r.get("target_val") is not None and r.get("time_to_target_s") is None:
+            ttt = "not reached"
+        ok = "yes" if r.get("exit_ok") and r.get("replicas_agree") else "NO"
+        print(f"{r['scenario']:<10} {r['method']:<27} {fmt(r.get('link_mbit'), 3):>7} {fmt(r.get('rounds')):>4} "
+              f"{fmt(r.get('steps_per_round')):>3} {fmt(r.get('round_s')):>8} {fmt(r.get('compute_s')):>8} "
+              f"{fmt(r.get('waited_s')):>7} {fmt(r.get('push_s')):>6} {fmt(r.get('other_s')):>6} "
+              f"{fmt(r.get('ideal_comm_s')):>6} {fmt(r.get('s_per_step'), 3):>7} {fmt(r.get('final_val'), 4):>9} "
+              f"{ttt:>11} {mb(r.get('up_bytes')):>7} {mb(r.get('down_bytes')):>8} {ok:>3}  {r.get('note', '')}")
+    print()
+    print("round s: wall time per round (w0, from the model fetch to its last round); compute: inner steps; "
+          "waited: training blocked on the server (push, the other workers, aggregation, downlink); push: mean "
+          "PushUpdate time at the server (uplink transfer); other: the rest (evaluation, encoding); ideal: the "
+          "round's payloads up + down at the link rate; s/step: round s / H; to target: from the first join to "
+          "the first evaluation at or below the target val loss (with --overlap the evaluations run inside the next round's training and count as compute); wall: first join to the final evaluation; MB up/down: per worker, round payloads only "
+          "(the initial dense model fetch is extra).")
+
+
+# ---------------------------------------------------------------- scenario arithmetic
+
+def real_scenario(a, link_mbit):
+    tokens_per_s = a.gpu_tflops * 1e12 * a.mfu / (6 * a.real_params)
+    compute_s = a.real_inner_steps * a.real_tokens_per_step / tokens_per_s
+    dense_bits = a.real_params * 4 * 8
+    comm_s = 2 * dense_bits / (link_mbit * 1e6)  # push, then receive the update: each at the link rate
+    return dict(tokens_per_s=tokens_per_s, compute_s=compute_s, comm_s=comm_s, ratio=comm_s / compute_s)
+
+
+def small_rate(a, ratio):
+    """tbf rate (Mbit/s) at which the small model's dense round (up + down) takes ratio x compute."""
+    return 2 * a.dense_bytes * 8 / (ratio * a.compute_s) / 1e6
+
+
+def calibrate(a, tag, outdir, overlap_ok):
+    """Compute seconds per round of the dense method here, K workers, unshaped links."""
+    netns("shape", tag, 0, quiet=True)
+    r = run_method(a, tag, "calibration", METHODS["dense"], a.workers, a.calibration_rounds, 0,
+                   os.path.join(outdir, "logs", "calibration"), overlap_ok)
+    per_round = []
+    for w in r["workers"]:
+        tr = [x["trained"] for x in w["rounds"] if x["trained"] is not None]
+        if tr:
+            per_round.append(sum(tr) / len(tr))
+        elif w["train_total"] and w["rounds"]:
+            per_round.append(w["train_total"] / len(w["rounds"]))
+    if not per_round or any(c != 0 for c in r["codes"]):
+        raise RuntimeError(f"calibration run failed (exit codes {r['codes']}); logs in {r['logdir']}")
+    m = re.search(r"fetched model at round \d+ \((\d+) parameters\)", open(os.path.join(r["logdir"], "w0.log")).read())
+    return sum(per_round) / len(per_round), int(m[1])
+
+
+# ---------------------------------------------------------------- main
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scenario", default="all", choices=["all", *SCENARIOS])
+    p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
+    p.add_argument("--rounds", type=int, default=6, help="outer rounds (SignMuon: rounds x H one-step rounds)")
+    p.add_argument("--inner_steps", type=int, default=20, help="H of the small-model runs")
+    p.add_argument("--workers", type=int, default=2, help="K")
+    p.add_argument("--eval_batches", type=int, default=8)
+    p.add_argument("--out", default="/tmp/muloco-wan", help="CSV and logs go here")
+    p.add_argument("--build", default=os.environ.get("MULOCO_BUILD", os.path.join(REPO, "build")))
+    p.add_argument("--calibration_rounds", type=int, default=2)
+    p.add_argument("--compute_s", type=float, default=None,
+                   help="compute seconds per round of the small model (skips the calibration run)")
+    p.add_argument("--target", type=float, default=None,
+                   help="target val loss (default: dense DiLoCo's final val loss x 1.02, per scenario)")
+    g = p.add_argument_group("the real scenario")
+    g.add_argument("--real_params", type=float, default=1e9)
+    g.add_argument("--gpu_tflops", type=float, default=989, help="H100 SXM dense bf16 peak")
+    g.add_argument("--mfu", type=float, default=0.40)
+    g.add_argument("--real_inner_steps", type=int, default=100)
+    g.add_argument("--real_tokens_per_step", type=int, default=64 * 2048, help="64 sequences of 2048 tokens")
+    g.add_argument("--dc_mbit", type=float, default=1000)
+    g.add_argument("--volunteer_mbit", type=float, default=100)
+    a = p.parse_args()
+
+    methods = [m.strip() for m in a.methods.split(",") if m.strip()]
+    for m in methods:
+        if m not in METHODS:
+            p.error(f"unknown method {m} (known: {', '.join(METHODS)})")
+    scenarios = list(SCENARIOS) if a.scenario == "all" else [a.scenario]
+    if os.geteuid() != 0:
+        sys.exit("run.py: run as root (network namespaces)")
+    a.dense_bytes = 0  # known after the calibration
+    a.server_bin = os.path.join(a.build, "muloco-server")
+    a.worker_bin = os.path.join(a.build, "muloco-worker")
+    for b in (a.server_bin, a.worker_bin):
+        if not os.access(b, os.X_OK):
+            sys.exit(f"run.py: {b} missing (build first, or --build DIR)")
+    help_text = subprocess.run([a.worker_bin, "--help"], capture_output=True, text=True).stdout
+    overlap_ok = "--overlap" in help_text
+    os.makedirs(a.out, exist_ok=True)
+
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, on_signal)
+    tag = f"run{os.getpid()}"
+    rows = []
+    t_start = time.time()
+    try:
+        netns("up", tag, a.workers, 0)
+        # ---- the scenario
+        print("\n== Scenario and assumptions")
+        print(f"real model: {a.real_params / 1e9:g}B parameters, dense fp32 payload {a.real_params * 4 / 1e9:g} GB each way "
+              f"per round; training cost 6*N = {6 * a.real_params:.3g} FLOPs per token")
+        print(f"one GPU per site: {a.gpu_tflops:g} TFLOP/s peak (H100 SXM bf16 dense) at {a.mfu:.0%} MFU; "
+              f"H = {a.real_inner_steps} inner steps of {a.real_tokens_per_step} tokens")
+        real = {}
+        for s in scenarios:
+            link = getattr(a, SCENARIOS[s][1])
+            real[s] = real_scenario(a, link)
+            x = real[s]
+            print(f"  {s:<10} {SCENARIOS[s][0]}: {x['tokens_per_s']:.0f} tokens/s -> compute {x['compute_s']:.0f} s "
+                  f"per round; dense up + down at {link:g} Mbit/s {x['comm_s']:.0f} s; comm/compute = {x['ratio']:.3f}")
+        # ---- calibration
+        if a.compute_s is None:
+            print(f"\n== Calibration: dense DiLoCo, {a.workers} workers, {a.calibration_rounds} rounds of H={a.inner_steps}, "
+                  "links unshaped")
+            a.compute_s, n_params = calibrate(a, tag, a.out, overlap_ok)
+        else:
+            out = subprocess.run([a.server_bin, "--preset=diloco", "--print_config"], capture_output=True, text=True).stdout
+            n_params = None
+        if n_params is None:  # --compute_s given: ask a baseline-free way, the model shape of the preset
+            m = {k: int(v) for k, v in re.findall(r"(vocab_size|n_layer|d_model|context): (\d+)", out)}
+            d, L, V, C = m["d_model"], m["n_layer"], m["vocab_size"], m["context"]
+            n_params = 2 * V * d + C * d + L * (12 * d * d + 4 * d) + 2 * d
+        a.dense_bytes = n_params * 4
+        print(f"small model here: {n_params} parameters, dense payload {a.dense_bytes} bytes; compute "
+              f"{a.compute_s:.2f} s per round (H={a.inner_steps}, {a.workers} workers on {os.cpu_count()} cores)")
+        rates = {}
+        for s in scenarios:
+            rates[s] = small_rate(a, real[s]["ratio"])
+            print(f"  {s:<10} tbf rate {rates[s]:.3f} Mbit/s each way: dense up + down "
+                  f"{2 * a.dense_bytes * 8 / (rates[s] * 1e6):.2f} s per round = {real[s]['ratio']:.3f} x compute")
+        if not overlap_ok and "muloco-2bit-overlap" in methods:
+            print("note: muloco-worker --help does not list --overlap: that row runs without it")
+        # ---- the runs
+        for s in scenarios:
+            print(f"\n== {s}: links at {rates[s]:.3f} Mbit/s each way")
+            netns("shape", tag, f"{rates[s]:.4f}", quiet=True)
+            target = a.target
+            for name in sorted(methods, key=lambda m: m != "dense"):  # dense first: it sets the target
+                t = time.time()
+                r = run_method(a, tag, name, METHODS[name], a.workers, a.rounds, rates[s],
+                               os.path.join(a.out, "logs", f"{s}-{name}"), overlap_ok)
+                if name == "dense" and a.target is None:
+                    fin = r["workers"][0]["final"]
+                    target = fin["val"] * 1.02 if fin else None
+                    if target:
+                        print(f"  target val loss for {s}: {target:.4f} (dense final {fin['val']:.4f} x 1.02)")
+                row = summarize(r, target, rates[s])
+                row["scenario"] = s
+                rows.append(row)
+                print(f"  {r['label']:<27} {time.time() - t:6.1f} s: round {fmt(row.get('round_s'))} s, final val "
+                      f"{fmt(row.get('final_val'), 4)} {row.get('note', '')}")
+            if target is None:
+                print("  (no target: dense DiLoCo was not run; give --target)")
+    finally:
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_IGN)
+        kill_all()
+        netns("down", tag, check=False, quiet=True)
+        left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        if f"-{tag}" in left:
+            print(f"run.py: WARNING: namespaces of {tag} are left; remove with {NETNS} down {tag}", file=sys.stderr)
+    if rows:
+        print_table(rows)
+        path = os.path.join(a.out, "wan.csv")
+        with open(path, "w", newline="") as f:
+            wr = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+            wr.writeheader()
+            for r in rows:
+                wr.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()})
+        print(f"CSV: {path}; logs: {os.path.join(a.out, 'logs')}; total {time.time() - t_start:.0f} s")
+    return 0 if rows and all(r.get("exit_ok") and r.get("replicas_agree") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
