@@ -2,6 +2,7 @@
 #include "server/service.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -149,29 +150,65 @@ grpc::Status MulocoService::PushUpdate(grpc::ServerContext* ctx, grpc::ServerRea
   if (absl::Status s = auth_->CountPush(me, engine_->OpenRound()); !s.ok()) return ToGrpcStatus(s);
   const std::unique_ptr<Watchdog::Watch> watch = watchdog_.Start(ctx);
   const Timer timer(&push_durations_, clock_);
+  {
+    std::lock_guard<std::mutex> lock(partial_mu_);
+    ++pushing_[me];
+  }
+  struct Ended {  // lets a PushProgress that waits for this call see what it kept
+    MulocoService* s;
+    uint64_t id;
+    ~Ended() {
+      std::lock_guard<std::mutex> lock(s->partial_mu_);
+      if (--s->pushing_[id] == 0) s->pushing_.erase(id);
+      s->push_ended_.notify_all();
+    }
+  } ended{this, me};
   v1::UpdateChunk chunk;
   if (!reader->Read(&chunk)) return bad(kInvalid, "empty push stream");
-  const uint64_t worker = chunk.worker_id(), round = chunk.round(), total = chunk.total_bytes();
+  const uint64_t worker = chunk.worker_id(), round = chunk.round(), total = chunk.total_bytes(),
+                 checksum = chunk.payload_checksum();
   if (worker != me) return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "push names another worker");
   if (total > max_payload_bytes_) {
     return bad(kInvalid, absl::StrCat("declared payload of ", total, " bytes exceeds the limit of ", max_payload_bytes_));
   }
   std::string payload;
-  payload.reserve(std::min<uint64_t>(total, 1 << 20));  // grows as bytes arrive, not as declared
+  if (chunk.offset() > 0) {  // resuming a cut push: continue the bytes kept from it
+    std::optional<PartialPush> kept = TakePartial(worker, round, checksum);
+    if (!kept || kept->total != total || kept->bytes.size() != chunk.offset()) {
+      return grpc::Status(grpc::StatusCode::ABORTED, "no kept push to resume at that offset; push from the start");
+    }
+    payload = std::move(kept->bytes);
+  } else {
+    payload.reserve(std::min<uint64_t>(total, 1 << 20));  // grows as bytes arrive, not as declared
+  }
   size_t chunks = 0;
   do {
     watch->Progress();
     if (++chunks > options_.max_push_chunks) {
       return bad(grpc::StatusCode::RESOURCE_EXHAUSTED, absl::StrCat("push of more than ", options_.max_push_chunks, " chunks"));
     }
-    if (chunk.worker_id() != worker || chunk.round() != round) return bad(kInvalid, "chunks of one push disagree on worker/round");
+    if (chunk.worker_id() != worker || chunk.round() != round || chunk.payload_checksum() != checksum) {
+      return bad(kInvalid, "chunks of one push disagree on worker, round or payload checksum");
+    }
+    // Resumable pushes (a payload checksum) number every chunk; others may leave offsets 0.
+    if (chunk.offset() != payload.size() && (checksum != 0 || chunk.offset() != 0)) {
+      return bad(kInvalid, "push chunk out of order (offset)");
+    }
     if (chunk.data().empty() && total != 0) return bad(kInvalid, "empty chunk in a push");
     if (chunk.data().size() > total - payload.size()) return bad(kInvalid, absl::StrCat("push exceeds its declared ", total, " bytes"));
     payload.append(chunk.data());
   } while (reader->Read(&chunk));
-  if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled (or idle too long)");
+  if (ctx->IsCancelled()) {
+    if (checksum != 0 && !payload.empty() && payload.size() < total) {
+      KeepPartial(worker, PartialPush{round, checksum, total, std::move(payload)});
+    }
+    return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled (or idle too long)");
+  }
   if (payload.size() != total) {
     return bad(kInvalid, absl::StrCat("push ended after ", payload.size(), " of ", total, " declared bytes"));
+  }
+  if (checksum != 0 && Checksum64(payload.data(), payload.size()) != checksum) {
+    return bad(kInvalid, "payload does not match its checksum");
   }
   if (absl::Status s = engine_->Push(worker, round, payload); !s.ok()) return ToGrpcStatus(s);
   reply->set_accepted_bytes(payload.size());
@@ -230,6 +267,39 @@ grpc::Status MulocoService::Heartbeat(grpc::ServerContext* ctx, const v1::Heartb
   const absl::Status s = req->has_report() ? engine_->Report(*id, FromReport(req->report())) : engine_->Heartbeat(*id);
   if (!s.ok()) return ToGrpcStatus(s);
   reply->set_round(engine_->OpenRound());
+  return grpc::Status::OK;
+}
+
+void MulocoService::KeepPartial(uint64_t worker, PartialPush partial) {
+  const uint64_t open = engine_->OpenRound();
+  std::lock_guard<std::mutex> lock(partial_mu_);
+  for (auto it = partials_.begin(); it != partials_.end();) {  // pushes of closed rounds can never resume
+    it = it->second.round < open ? partials_.erase(it) : std::next(it);
+  }
+  if (partial.round == open && engine_->IsMember(worker)) partials_[worker] = std::move(partial);
+}
+
+std::optional<MulocoService::PartialPush> MulocoService::TakePartial(uint64_t worker, uint64_t round,
+                                                                     uint64_t checksum) {
+  std::lock_guard<std::mutex> lock(partial_mu_);
+  auto it = partials_.find(worker);
+  if (it == partials_.end() || it->second.round != round || it->second.checksum != checksum) return std::nullopt;
+  PartialPush p = std::move(it->second);
+  partials_.erase(it);
+  return p;
+}
+
+grpc::Status MulocoService::PushProgress(grpc::ServerContext* ctx, const v1::PushProgressRequest* req,
+                                         v1::PushProgressReply* reply) {
+  absl::StatusOr<uint64_t> id = Authenticate(ctx, req->worker_id());
+  if (!id.ok()) return ToGrpcStatus(id.status());
+  std::unique_lock<std::mutex> lock(partial_mu_);
+  // The cut push's own call may still be ending on another thread: wait for it (bounded).
+  push_ended_.wait_for(lock, std::chrono::seconds(2), [&] { return pushing_.count(*id) == 0; });
+  auto it = partials_.find(*id);
+  const bool match = it != partials_.end() && it->second.round == req->round() &&
+                     it->second.checksum == req->payload_checksum() && req->payload_checksum() != 0;
+  reply->set_received_bytes(match ? it->second.bytes.size() : 0);
   return grpc::Status::OK;
 }
 

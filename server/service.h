@@ -7,7 +7,11 @@
 
 #include <atomic>
 #include <cstddef>
+#include <condition_variable>
+#include <map>
+#include <mutex>
 #include <optional>
+#include <string>
 
 #include "muloco/v1/muloco.grpc.pb.h"
 #include "common/histogram.h"
@@ -52,8 +56,19 @@ class MulocoService final : public v1::Muloco::Service {
                           grpc::ServerWriter<v1::RoundChunk>*) override;
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*, v1::HeartbeatReply*) override;
   grpc::Status Leave(grpc::ServerContext*, const v1::LeaveRequest*, v1::LeaveReply*) override;
+  grpc::Status PushProgress(grpc::ServerContext*, const v1::PushProgressRequest*, v1::PushProgressReply*) override;
 
  private:
+  // A push cut before its last byte (a stalled link, a cancelled call), kept so that the
+  // worker's next try resumes where it stopped: at most one per worker, only for the open
+  // round, only for pushes that name their payload's checksum.
+  struct PartialPush {
+    uint64_t round = 0, checksum = 0, total = 0;
+    std::string bytes;
+  };
+  void KeepPartial(uint64_t worker, PartialPush partial);
+  // Removes and returns `worker`'s kept push when it is of (round, checksum).
+  std::optional<PartialPush> TakePartial(uint64_t worker, uint64_t round, uint64_t checksum);
   // The worker this call speaks for, from its metadata, after checking its session key.
   // `claimed` (the message's worker_id; none for PushUpdate, checked per chunk) must name
   // the same worker.
@@ -71,6 +86,10 @@ class MulocoService final : public v1::Muloco::Service {
   Watchdog watchdog_;
   Histogram push_durations_{DurationBuckets()}, fetch_durations_{DurationBuckets()};
   std::atomic<bool> shutting_down_{false};
+  std::mutex partial_mu_;
+  std::condition_variable push_ended_;
+  std::map<uint64_t, PartialPush> partials_;  // guarded by partial_mu_; by worker id
+  std::map<uint64_t, int> pushing_;           // guarded by partial_mu_; PushUpdate calls being read, by worker
   std::atomic<uint64_t> updates_sent_{0}, update_bytes_sent_{0}, model_fetches_{0}, model_bytes_sent_{0},
       oversized_pushes_{0};
 };

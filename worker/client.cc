@@ -197,18 +197,50 @@ absl::StatusOr<FetchedModel> ServerClient::FetchModel(uint64_t worker_id) {
 }
 
 absl::Status ServerClient::Push(uint64_t worker_id, uint64_t round, const std::string& payload, float train_loss) {
+  const uint64_t checksum = Checksum64(payload.data(), payload.size());
+  const std::pair<uint64_t, uint64_t> push{round, checksum};
+  size_t offset = 0;
+  if (cut_push_ == push) {  // the last try of this very push was cut: ask what the server kept
+    grpc::ClientContext ctx;
+    Prepare(ctx, 10);
+    v1::PushProgressRequest req;
+    req.set_worker_id(worker_id);
+    req.set_round(round);
+    req.set_payload_checksum(checksum);
+    v1::PushProgressReply reply;
+    if (stub_->PushProgress(&ctx, req, &reply).ok() && reply.received_bytes() < payload.size()) {
+      offset = reply.received_bytes();
+    }
+    if (offset > 0) {
+      LogWarn("client", "push for round %llu: resuming at byte %zu of %zu", static_cast<unsigned long long>(round), offset,
+              payload.size());
+    }
+  }
+  absl::Status s = PushFrom(worker_id, round, payload, checksum, offset, train_loss);
+  if (s.code() == absl::StatusCode::kAborted && offset > 0) {  // the server no longer holds it: start over
+    s = PushFrom(worker_id, round, payload, checksum, 0, train_loss);
+  }
+  const bool cut = s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kCancelled ||
+                   s.code() == absl::StatusCode::kDeadlineExceeded;
+  cut_push_ = cut ? push : std::pair<uint64_t, uint64_t>{};
+  return s;
+}
+
+absl::Status ServerClient::PushFrom(uint64_t worker_id, uint64_t round, const std::string& payload, uint64_t checksum,
+                                    size_t offset, float train_loss) {
   grpc::ClientContext ctx;
   Prepare(ctx, kStreamCapS);
   StallGuard guard(&ctx, options_.stall_timeout_s);
   v1::PushReply reply;
   auto writer = stub_->PushUpdate(&ctx, &reply);
-  size_t offset = 0;
   do {
     v1::UpdateChunk chunk;
     chunk.set_worker_id(worker_id);
     chunk.set_round(round);
     chunk.set_total_bytes(payload.size());
     chunk.set_train_loss(train_loss);
+    chunk.set_offset(offset);
+    chunk.set_payload_checksum(checksum);
     const size_t count = std::min(options_.chunk_bytes, payload.size() - offset);
     chunk.set_data(payload.data() + offset, count);
     offset += count;

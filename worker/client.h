@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -41,6 +42,8 @@ class ServerClient : public Transport {
   // Whole model, each chunk and the whole checksum-verified; a cut stream resumes where it
   // stopped (from the start if the model moved on meanwhile), paced by Backoff (retry.h).
   absl::StatusOr<FetchedModel> FetchModel(uint64_t worker_id) override;
+  // A push cut by a stalled or broken link resumes on the next call for the same payload
+  // from the bytes the server kept (PushProgress), instead of from its start.
   absl::Status Push(uint64_t worker_id, uint64_t round, const std::string& payload, float train_loss) override;
   // Asks again each time the server's long poll ends with the round still open.
   absl::StatusOr<RoundResult> AwaitRound(uint64_t worker_id, uint64_t round) override;
@@ -54,11 +57,15 @@ class ServerClient : public Transport {
   // Sets the deadline (seconds) and the session metadata.
   void Prepare(grpc::ClientContext& ctx, double timeout_s) const;
   absl::StatusOr<RoundResult> AwaitOnce(uint64_t worker_id, uint64_t round);
+  // One PushUpdate stream sending payload[offset...].
+  absl::Status PushFrom(uint64_t worker_id, uint64_t round, const std::string& payload, uint64_t checksum,
+                        size_t offset, float train_loss);
   absl::Status FetchFrom(uint64_t worker_id, FetchedModel* m, size_t* filled, double stall_s);
   template <typename Request, typename Reply, typename Call>
   absl::Status ShortCall(Call call, uint64_t worker_id, const std::function<void(Request*)>& fill = nullptr);
 
   const std::string address_;
+  std::pair<uint64_t, uint64_t> cut_push_;  // (round, payload checksum) of a push whose last try was cut (Push's thread only)
   ClientOptions options_;
   std::mutex await_mu_;
   grpc::ClientContext* await_ctx_ = nullptr;  // guarded by await_mu_: the AwaitRound call in flight

@@ -70,7 +70,7 @@ class Proxy:
     """TCP forwarder on loopback standing in for a network link: cut() closes every
     connection and refuses new ones until restore(); `rate` (bytes/s per direction, None:
     unlimited) makes it a slow link; freeze() stops all forwarding, connections kept open,
-    until thaw()."""
+    until thaw(). `upstream_bytes` counts what it forwarded towards the target."""
 
     def __init__(self, target_port, rate=None):
         self.target, self.rate = ("127.0.0.1", target_port), rate
@@ -83,6 +83,7 @@ class Proxy:
         self.moving = threading.Event()
         self.moving.set()
         self.conns = []
+        self.upstream_bytes = 0
         self.lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -102,10 +103,10 @@ class Proxy:
                 continue
             with self.lock:
                 self.conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            for a, b, up in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(target=self._pipe, args=(a, b, up), daemon=True).start()
 
-    def _pipe(self, a, b):
+    def _pipe(self, a, b, up):
         step = 1024 if self.rate else 65536  # small slices keep a slow link's pace even
         try:
             while True:
@@ -114,6 +115,9 @@ class Proxy:
                     break
                 self.moving.wait()
                 b.sendall(data)
+                if up:
+                    with self.lock:
+                        self.upstream_bytes += len(data)
                 if self.rate:
                     time.sleep(len(data) / self.rate)
         except OSError:
@@ -192,10 +196,12 @@ class ClusterTest(unittest.TestCase):
         return proc
 
     def run_cluster(self, workers, *server_flags, tag="", timeout=400):
-        """Runs a server and `workers` workers to the end of the run: every process exits 0 and
-        every worker's final parameters are bit-identical to the server's. Returns (server, workers)."""
-        server, addr = self.start_server(*server_flags, f"--save_final={self.path(tag + 'server.bin')}",
-                                         name=tag + "server")
+        """Runs a server (--min_quorum=workers unless server_flags say otherwise) and `workers`
+        workers to the end of the run: every process exits 0 and every worker's final
+        parameters are bit-identical to the server's. Returns (server, workers)."""
+        # Every worker is in from round 0 (a fast first worker cannot close rounds alone).
+        server, addr = self.start_server(f"--min_quorum={workers}", *server_flags,
+                                         f"--save_final={self.path(tag + 'server.bin')}", name=tag + "server")
         procs = [self.start_worker(addr, f"--save_final={self.path(f'{tag}w{i}.bin')}", f"--name={tag}w{i}",
                                    name=f"{tag}w{i}") for i in range(workers)]
         for w in procs:
