@@ -62,6 +62,7 @@ DASHBOARD_MUST_USE = {
     "push and fetch durations": ["muloco_push_duration_seconds_bucket", "muloco_fetch_duration_seconds_bucket"],
     "EF residual norm": ["muloco_worker_ef_residual_norm"],
     "staleness": ["muloco_worker_staleness_rounds"],
+    "time waiting for the server": ["muloco_worker_wait_seconds"],
 }
 
 
