@@ -28,6 +28,8 @@ class Uplink {
   void Reset();
   // ‖e‖₂ (0 for SignMuon).
   double ResidualNorm() const;
+  // e (empty for SignMuon).
+  const std::vector<float>& residual() const { return ef_; }
 
  private:
   const std::vector<Segment> plan_;
