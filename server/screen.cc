@@ -28,7 +28,13 @@ double NormScreen::Threshold(const std::vector<double>& round_norms) const {
   for (double v : round_norms)
     if (v > 0) samples.push_back(v);
   for (const std::vector<double>& r : history_) samples.insert(samples.end(), r.begin(), r.end());
-  if (samples.size() < std::max<size_t>(1, options_.min_samples)) return kInf;
+  if (samples.size() < std::max<size_t>(1, options_.min_samples)) {
+    // Too few norms for a median and MAD, but two or more can still be judged: none may be
+    // more than pair_factor times the smallest (else a lone attacker beside one honest worker,
+    // in a run's first round, would pass unclipped: the mean of two is no statistic).
+    if (samples.size() < 2) return kInf;
+    return options_.pair_factor * *std::min_element(samples.begin(), samples.end());
+  }
   const double med = Median(samples);
   std::vector<double> dev(samples.size());
   for (size_t i = 0; i < samples.size(); ++i) dev[i] = std::fabs(samples[i] - med);

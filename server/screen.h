@@ -22,7 +22,9 @@ struct ScreenOptions {
   Robust mode = Robust::kClip;
   double mad_factor = 3.0;     // threshold >= median + mad_factor * 1.4826 * MAD (a Gaussian's 3 sigma)
   double median_factor = 1.5;  // and >= median_factor * median (honest norms are rarely that far apart)
-  size_t min_samples = 3;      // fewer norms than this (this round + history): no screening
+  size_t min_samples = 3;      // fewer norms than this (this round + history): see pair_factor
+  double pair_factor = 4.0;    // below min_samples, a norm above pair_factor x the smallest is
+                               // screened (honest pairs rarely differ 4x); one norm alone is not
   size_t history_rounds = 4;   // rounds of accepted norms that join this round's
 };
 

@@ -44,11 +44,13 @@ TEST(NormScreen, OffIsInfinite) {
   EXPECT_EQ(s.Threshold({}), kInf);
 }
 
-TEST(NormScreen, TooFewSamplesIsInfinite) {
+TEST(NormScreen, TooFewSamplesJudgesByTheSmallest) {
   NormScreen s(Opts(Robust::kClip, 3.0, 1.5, /*min_samples=*/3));
   EXPECT_EQ(s.Threshold({}), kInf);
-  EXPECT_EQ(s.Threshold({5}), kInf);
-  EXPECT_EQ(s.Threshold({5, 500}), kInf);
+  EXPECT_EQ(s.Threshold({5}), kInf);  // one norm alone cannot be judged
+  // A lone attacker beside one honest worker (a run's first round) is held to 4x the smaller.
+  EXPECT_DOUBLE_EQ(s.Threshold({5, 500}), 20.0);
+  EXPECT_DOUBLE_EQ(s.Threshold({500, 5}), 20.0);
   EXPECT_TRUE(std::isfinite(s.Threshold({5, 5, 500})));
 
   // min_samples 0 or 1: one sample is enough, none is not.
@@ -61,7 +63,7 @@ TEST(NormScreen, TooFewSamplesIsInfinite) {
 
   NormScreen five(Opts(Robust::kReject, 3.0, 1.5, /*min_samples=*/5));
   EXPECT_EQ(five.mode(), Robust::kReject);
-  EXPECT_EQ(five.Threshold({1, 2, 3, 4}), kInf);
+  EXPECT_DOUBLE_EQ(five.Threshold({1, 2, 3, 4}), 4.0);  // below min_samples: 4 x the smallest
   EXPECT_TRUE(std::isfinite(five.Threshold({1, 2, 3, 4, 5})));
 }
 
@@ -121,7 +123,7 @@ TEST(NormScreen, HistoryJoinsTheRoundsNorms) {
   NormScreen s(Opts());  // min_samples 3
   EXPECT_EQ(s.Threshold({2}), kInf);
   s.Remember({1});
-  EXPECT_EQ(s.Threshold({2}), kInf);  // 2 samples
+  EXPECT_DOUBLE_EQ(s.Threshold({2}), 4.0);  // 2 samples: 4 x the smallest
   s.Remember({3});
   // Samples 2 | 1 | 3: median 2, MAD 1: max(2 + 4.4478, 3).
   EXPECT_NEAR(s.Threshold({2}), 2 + 3 * kSigma, 1e-12);
@@ -167,7 +169,7 @@ TEST(NormScreen, ManyRoundsKeepOnlyTheLastFour) {
   EXPECT_NEAR(s.Threshold({}), 1.5 * 1007.5, 1e-9);
   NormScreen five(Opts(Robust::kClip, 3.0, 1.5, /*min_samples=*/5, /*history_rounds=*/4));
   for (int r = 0; r < 10; ++r) five.Remember({1.0});
-  EXPECT_EQ(five.Threshold({}), kInf);  // only 4 samples remembered
+  EXPECT_DOUBLE_EQ(five.Threshold({}), 4.0);  // only 4 samples remembered: 4 x the smallest
   EXPECT_DOUBLE_EQ(five.Threshold({1.0}), 1.5);
 }
 
@@ -175,7 +177,7 @@ TEST(NormScreen, ZeroHistoryRoundsRemembersNothing) {
   NormScreen s(Opts(Robust::kClip, 3.0, 1.5, /*min_samples=*/3, /*history_rounds=*/0));
   s.Remember({1, 1, 1, 1});
   s.Remember({2, 2});
-  EXPECT_EQ(s.Threshold({5, 5}), kInf);
+  EXPECT_DOUBLE_EQ(s.Threshold({5, 5}), 20.0);  // nothing remembered: two norms, 4 x the smaller
   EXPECT_DOUBLE_EQ(s.Threshold({5, 5, 5}), 7.5);
 }
 
