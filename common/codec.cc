@@ -387,6 +387,16 @@ absl::StatusOr<Parsed> Parse(absl::string_view payload, size_t expected_elements
   return out;
 }
 
+// Parse, then every segment's data checked (ranges, tables, indices) without writing.
+absl::StatusOr<Parsed> ParseChecked(absl::string_view payload, size_t expected_elements) {
+  absl::StatusOr<Parsed> p = Parse(payload, expected_elements);
+  if (!p.ok()) return p.status();
+  for (size_t i = 0; i < p->segments.size(); ++i) {
+    if (absl::Status s = DecodeSegment<false>(p->segments[i], p->data[i], nullptr); !s.ok()) return s;
+  }
+  return p;
+}
+
 }  // namespace
 
 absl::StatusOr<CodecConfig> ParseCodec(absl::string_view spec) {
@@ -560,11 +570,8 @@ std::string Encode(const std::vector<Segment>& segments, const float* x) {
 }
 
 absl::Status DecodeAccumulate(absl::string_view payload, size_t expected_elements, float* sum) {
-  absl::StatusOr<Parsed> p = Parse(payload, expected_elements);
+  absl::StatusOr<Parsed> p = ParseChecked(payload, expected_elements);
   if (!p.ok()) return p.status();
-  for (size_t i = 0; i < p->segments.size(); ++i) {
-    if (absl::Status s = DecodeSegment<false>(p->segments[i], p->data[i], nullptr); !s.ok()) return s;
-  }
   uint64_t off = 0;
   for (size_t i = 0; i < p->segments.size(); ++i) {
     DecodeSegment<true>(p->segments[i], p->data[i], sum + off).IgnoreError();  // validated above
@@ -574,13 +581,10 @@ absl::Status DecodeAccumulate(absl::string_view payload, size_t expected_element
 }
 
 absl::StatusOr<double> DecodedNorm(absl::string_view payload, size_t expected_elements) {
-  absl::StatusOr<Parsed> p = Parse(payload, expected_elements);
+  absl::StatusOr<Parsed> p = ParseChecked(payload, expected_elements);
   if (!p.ok()) return p.status();
   uint64_t largest = 0;
-  for (size_t i = 0; i < p->segments.size(); ++i) {
-    if (absl::Status s = DecodeSegment<false>(p->segments[i], p->data[i], nullptr); !s.ok()) return s;
-    largest = std::max(largest, p->segments[i].numel);
-  }
+  for (const Segment& seg : p->segments) largest = std::max(largest, seg.numel);
   std::vector<float> values(largest);
   double sq = 0;
   for (size_t i = 0; i < p->segments.size(); ++i) {

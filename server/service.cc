@@ -282,11 +282,17 @@ void MulocoService::KeepPartial(uint64_t worker, PartialPush partial) {
 std::optional<MulocoService::PartialPush> MulocoService::TakePartial(uint64_t worker, uint64_t round,
                                                                      uint64_t checksum) {
   std::lock_guard<std::mutex> lock(partial_mu_);
-  auto it = partials_.find(worker);
-  if (it == partials_.end() || it->second.round != round || it->second.checksum != checksum) return std::nullopt;
-  PartialPush p = std::move(it->second);
-  partials_.erase(it);
+  PartialPush* kept = FindPartialLocked(worker, round, checksum);
+  if (kept == nullptr) return std::nullopt;
+  PartialPush p = std::move(*kept);
+  partials_.erase(worker);
   return p;
+}
+
+MulocoService::PartialPush* MulocoService::FindPartialLocked(uint64_t worker, uint64_t round, uint64_t checksum) {
+  auto it = partials_.find(worker);
+  if (it == partials_.end() || it->second.round != round || it->second.checksum != checksum) return nullptr;
+  return &it->second;
 }
 
 grpc::Status MulocoService::PushProgress(grpc::ServerContext* ctx, const v1::PushProgressRequest* req,
@@ -296,10 +302,8 @@ grpc::Status MulocoService::PushProgress(grpc::ServerContext* ctx, const v1::Pus
   std::unique_lock<std::mutex> lock(partial_mu_);
   // The cut push's own call may still be ending on another thread: wait for it (bounded).
   push_ended_.wait_for(lock, std::chrono::seconds(2), [&] { return pushing_.count(*id) == 0; });
-  auto it = partials_.find(*id);
-  const bool match = it != partials_.end() && it->second.round == req->round() &&
-                     it->second.checksum == req->payload_checksum() && req->payload_checksum() != 0;
-  reply->set_received_bytes(match ? it->second.bytes.size() : 0);
+  const PartialPush* kept = FindPartialLocked(*id, req->round(), req->payload_checksum());
+  reply->set_received_bytes(kept != nullptr ? kept->bytes.size() : 0);
   return grpc::Status::OK;
 }
 

@@ -69,6 +69,8 @@ class MulocoService final : public v1::Muloco::Service {
   void KeepPartial(uint64_t worker, PartialPush partial);
   // Removes and returns `worker`'s kept push when it is of (round, checksum).
   std::optional<PartialPush> TakePartial(uint64_t worker, uint64_t round, uint64_t checksum);
+  // `worker`'s kept push when it is of (round, checksum), else null. REQUIRES: partial_mu_ held.
+  PartialPush* FindPartialLocked(uint64_t worker, uint64_t round, uint64_t checksum);
   // The worker this call speaks for, from its metadata, after checking its session key.
   // `claimed` (the message's worker_id; none for PushUpdate, checked per chunk) must name
   // the same worker.

@@ -20,12 +20,10 @@
 #include <future>
 #include <limits>
 #include <mutex>
-#include <random>
 #include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "common/checksum.h"
 #include "common/file_io.h"
 #include "common/histogram.h"
 #include "common/codec.h"
