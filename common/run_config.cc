@@ -22,7 +22,7 @@ constexpr char kBase[] = R"pb(
   mode: "diloco" inner_steps: 20 total_rounds: 10 batch_size: 16
   inner_optimizer: "adamw" inner_lr: 3e-3 inner_min_lr_ratio: 0.1 warmup_steps: 20
   weight_decay: 0.1 beta1: 0.9 beta2: 0.95 adam_eps: 1e-8 grad_clip: 1.0
-  muon_lr: 0.02 muon_momentum: 0.95 muon_scale: "shape" ns_steps: 5
+  muon_lr: 0.02 muon_momentum: 0.95 muon_weight_decay: 0.1 muon_scale: "shape" ns_steps: 5
   uplink_codec: "dense-fp32" downlink_codec: "dense-fp32" ef_beta: 1.0
   outer_lr: 0.7 outer_momentum: 0.9 outer_nesterov: true signmuon_polar: false
   data_seed: 1 eval_every: 1 eval_batches: 8
@@ -42,8 +42,8 @@ constexpr Preset kPresets[] = {
     // Error feedback takes momentum's place.
     {"sparseloco", R"pb(uplink_codec: "topk:chunk=4096,k=32,bits=2" downlink_codec: "lloyd:bits=2,chunk=512"
                         ef_beta: 0.999 outer_lr: 1.0 outer_momentum: 0.0 outer_nesterov: false)pb"},
-    // Sign steps move |dW| = outer_lr per coordinate; momentum lives in each worker's Muon;
-    // the vote's {-lr, 0, +lr} is exact in 2 bits down.
+    // Sign steps move |dW| = outer_lr x the inner schedule per coordinate, after the inner
+    // optimizer's decoupled decay (run_server.cc); momentum lives in each worker's Muon.
     {"signmuon", R"pb(mode: "signmuon" inner_optimizer: "muon" inner_steps: 1 total_rounds: 200 warmup_steps: 10
                       uplink_codec: "sign:chunk=4096,vectors=same" downlink_codec: "quant:bits=2,chunk=4096"
                       outer_lr: 3e-3 outer_momentum: 0.0 outer_nesterov: false eval_every: 20)pb"},
@@ -159,6 +159,7 @@ absl::Status ValidateRunConfig(const v1::RunConfig& c) {
   if (c.ns_steps() < 1 || c.ns_steps() > 100) return bad("ns_steps must be in [1, 100]");
   if (!(c.inner_min_lr_ratio() >= 0 && c.inner_min_lr_ratio() <= 1)) return bad("inner_min_lr_ratio must be in [0, 1]");
   if (!(c.weight_decay() >= 0 && c.weight_decay() < 10)) return bad("weight_decay must be in [0, 10)");
+  if (!(c.muon_weight_decay() >= 0 && c.muon_weight_decay() < 10)) return bad("muon_weight_decay must be in [0, 10)");
   if (!(c.beta1() >= 0 && c.beta1() < 1 && c.beta2() >= 0 && c.beta2() < 1)) return bad("betas must be in [0, 1)");
   if (!(c.adam_eps() > 0 && c.adam_eps() < 1)) return bad("adam_eps must be in (0, 1)");
   if (!(c.grad_clip() >= 0 && std::isfinite(c.grad_clip()))) return bad("grad_clip must be >= 0 (0: off)");

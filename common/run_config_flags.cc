@@ -44,7 +44,8 @@ ABSL_FLAG(std::string, inner_optimizer, D().inner_optimizer(), "adamw, or muon (
 ABSL_FLAG(float, inner_lr, D().inner_lr(), "Inner AdamW peak learning rate");
 ABSL_FLAG(float, inner_min_lr_ratio, D().inner_min_lr_ratio(), "Cosine schedule floor, as a fraction of the peak");
 ABSL_FLAG(uint32_t, warmup_steps, D().warmup_steps(), "Linear warmup steps of the inner schedule");
-ABSL_FLAG(float, weight_decay, D().weight_decay(), "Decoupled weight decay (AdamW and Muon)");
+ABSL_FLAG(float, weight_decay, D().weight_decay(), "Decoupled weight decay of AdamW's tensors (embeddings, head; not gains, biases)");
+ABSL_FLAG(float, muon_weight_decay, D().muon_weight_decay(), "Decoupled weight decay of the Muon matrices (W *= 1 - muon_lr * wd per step)");
 ABSL_FLAG(float, beta1, D().beta1(), "Inner AdamW beta1");
 ABSL_FLAG(float, beta2, D().beta2(), "Inner AdamW beta2");
 ABSL_FLAG(float, adam_eps, D().adam_eps(), "Inner AdamW epsilon");
@@ -90,6 +91,7 @@ std::vector<std::pair<const char*, Setter>> Fields() {
       F(inner_min_lr_ratio, c.set_inner_min_lr_ratio(v)),
       F(warmup_steps, c.set_warmup_steps(v)),
       F(weight_decay, c.set_weight_decay(v)),
+      F(muon_weight_decay, c.set_muon_weight_decay(v)),
       F(beta1, c.set_beta1(v)),
       F(beta2, c.set_beta2(v)),
       F(adam_eps, c.set_adam_eps(v)),

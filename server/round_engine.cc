@@ -265,6 +265,14 @@ void RoundEngine::CloseRoundLocked() {
   if (options_.aggregation == Aggregation::kVote) {
     kernels::cpu::VoteSign(votes_.data(), n, sum_.data());  // g = sign(Σ s_k), ties 0
     for (const MatrixRange& m : options_.polar) PolarNewtonSchulz(sum_.data() + m.offset, m.rows, m.cols, options_.polar_steps);
+    const float factor = options_.vote_lr_factor ? static_cast<float>(options_.vote_lr_factor(open_round_)) : 1.0f;
+    for (const DecayRange& d : options_.vote_decay) {
+      const float keep = 1.0f - options_.outer.lr * factor * d.rate;
+      for (size_t i = d.offset; i < d.offset + d.numel; ++i) theta_true_[i] *= keep;
+    }
+    if (factor != 1.0f) {
+      for (size_t i = 0; i < n; ++i) sum_[i] *= factor;  // outer_ then steps by lr * factor * V
+    }
     std::fill(votes_.begin(), votes_.end(), 0);
   } else {
     contributors = SumScreenedLocked();

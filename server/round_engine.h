@@ -60,6 +60,12 @@ struct EngineState {
   std::vector<float> theta_true, theta_pub, momentum;
 };
 
+// Decoupled weight decay of one tensor: θ[offset, offset + numel) *= 1 - lr * rate.
+struct DecayRange {
+  size_t offset = 0, numel = 0;
+  float rate = 0;
+};
+
 struct EngineOptions {
   size_t min_quorum = 1;             // pushes required before a round may close
   double round_timeout_s = 120;      // after a round's first push, stop waiting for stragglers
@@ -74,6 +80,11 @@ struct EngineOptions {
   Aggregation aggregation = Aggregation::kMean;
   std::vector<MatrixRange> polar;    // kVote: matrices whose vote gets a Newton–Schulz polar step
   int polar_steps = 5;
+  // kVote: the vote is the inner optimizer's step, so it follows the inner schedule and decays
+  // like it: at round r, lr = outer.lr * vote_lr_factor(r) (empty: 1), then each range
+  // θ *= 1 - lr * rate before θ -= lr * V.
+  std::function<double(uint64_t round)> vote_lr_factor;
+  std::vector<DecayRange> vote_decay;
   int close_threads = 0;             // threads summing the payloads at a round's close (0: one per core)
   // Called under the engine's lock after every `checkpoint_every`-th round closes and after
   // the final round, before any waiter learns of the close: a committed round is on disk

@@ -48,7 +48,7 @@ struct Trainer::Impl {
       mo.nesterov = kinds.mode != RunMode::kSignMuon;  // SignMuon orthogonalises the momentum EMA itself
       mo.ns_steps = static_cast<int>(c.ns_steps());
       mo.scale = kinds.muon_scale;
-      mo.weight_decay = c.weight_decay();
+      mo.weight_decay = c.muon_weight_decay();
       muon = std::make_unique<Muon>(matrices, mo);
     }
     // Fixed validation windows, the same on every worker.

@@ -342,6 +342,34 @@ TEST(RoundEngine, MajorityVoteStepEqualsItsFormula) {
   }
 }
 
+// SignMuon with the inner schedule and decoupled decay: at round r, lr_r = lr · factor(r),
+// θ ← θ · (1 − lr_r · rate) on decayed ranges, then θ ← θ − lr_r · vote.
+TEST(RoundEngine, VoteStepFollowsTheScheduleAndDecays) {
+  const size_t n = 64;
+  const std::vector<Segment> signs = PlanSegments({TensorShape{8, n, false}}, *ParseCodec("sign:chunk=64"));
+  EngineOptions o = Fixture::Defaults();
+  o.aggregation = Aggregation::kVote;
+  o.outer = OuterSgdOptions{0.01f, 0.0f, false};
+  o.vote_lr_factor = [](uint64_t round) { return round == 0 ? 1.0 : 0.25; };
+  o.vote_decay = {DecayRange{8, 16, 2.0f}};  // elements 8..23 decay; the rest do not
+  Fixture f(o, n);
+  const uint64_t id = f.engine.Join("w").worker_id;
+  std::vector<double> expect(n, 1.0);
+  for (uint64_t round = 0; round < 2; ++round) {
+    std::vector<float> d(n);
+    for (size_t i = 0; i < n; ++i) d[i] = (i + round) % 3 == 0 ? -1.0f : 1.0f;
+    ASSERT_TRUE(f.engine.Push(id, round, Encode(signs, d.data())).ok());
+    const double lr = 0.01 * (round == 0 ? 1.0 : 0.25);
+    for (size_t i = 0; i < n; ++i) {
+      if (i >= 8 && i < 24) expect[i] *= 1.0 - lr * 2.0;
+      expect[i] -= lr * (d[i] > 0 ? 1.0 : -1.0);
+    }
+    const std::vector<float>& theta = *f.engine.Snapshot().params;
+    for (size_t i = 0; i < n; ++i) ASSERT_NEAR(theta[i], expect[i], 1e-6) << "round " << round << ", i " << i;
+  }
+  EXPECT_NE(expect[8], expect[8 + 24]);  // the decayed range differs from an undecayed twin
+}
+
 TEST(RoundEngine, VoteRoundsRefuseNonSignPayloads) {
   EngineOptions o = Fixture::Defaults();
   o.aggregation = Aggregation::kVote;
