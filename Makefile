@@ -1,11 +1,12 @@
-# Entry points: `make demo` (local server + two workers) and `make test` (every test).
+# Entry points: `make demo` (local server + two workers) and `make test` (every test);
+# `make bench` and `make frontier` (loss against bytes per method, ~12 min) are benchmarks.
 # Both install missing Debian packages first and build in ./build.
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CCACHE := $(shell command -v ccache 2>/dev/null)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
-.PHONY: deps build test demo bench clean
+.PHONY: deps build test demo bench frontier clean
 deps:
 	@scripts/install-deps.sh
 
@@ -23,6 +24,9 @@ demo: build
 
 bench: build
 	bench/run.sh $(BUILD)
+
+frontier: build
+	/usr/bin/python3 bench/frontier.py --build $(BUILD) --out bench/results
 
 clean:
 	rm -rf $(BUILD)

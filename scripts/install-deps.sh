@@ -6,7 +6,7 @@ PKGS=(build-essential cmake pkg-config ccache
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
       libtorch-dev libxxhash-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
       clang libclang-rt-14-dev
-      prometheus python3-torch python3-grpcio python3-protobuf python3-xxhash fortunes openssl docker-compose python3-yaml)
+      prometheus python3-torch python3-grpcio python3-protobuf python3-xxhash fortunes openssl docker-compose python3-yaml gnuplot-nox)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,310 @@
+#!/usr/bin/env python3
+"""The loss-against-bytes frontier: one table of methods (bench/README.md, "Frontier").
+
+Trains the same model (the presets' byte GPT on Debian's fortunes) with K real workers
+against a real muloco-server on loopback, once per method, with the same inner steps and
+tokens per worker, and reports per method: final validation loss, bits per parameter per
+payload up and down (every header and table included), bytes per worker, the ratio to
+DiLoCo's dense fp32 bytes, and wall time. Every payload size a worker logs is checked
+against an independent computation of the wire format (common/codec.h) from the codec spec
+and the model's tensor shapes: a mismatch fails the run.
+
+  bench/frontier.py [--build build] [--out bench/results] [--workers 4] [--rounds 10]
+                    [--inner_steps 20] [--methods a,b,...] [--vary FLAG=V1,V2] [--smoke]
+                    [-- extra server flags for every method]
+
+Writes OUT/frontier.txt (the table), OUT/frontier.csv (one row per method),
+OUT/frontier_curves.csv (validation loss per evaluation with cumulative bytes) and, when
+gnuplot is installed, OUT/frontier_bytes.png and OUT/frontier_rounds.png. --smoke runs every
+method for a few tiny rounds (the test suite's check: finite losses, exact bytes). --vary
+runs a sweep: `--methods muloco --vary muon_weight_decay=0,0.01,0.1` trains one row per value.
+"""
+import argparse
+import csv
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+# Methods: (name, label, server flags). Every method trains R rounds of H inner steps per
+# worker; the H = 1 methods run R * H rounds of one step (marked "steps").
+METHODS = [
+    ("dp", "data-parallel (H=1, dense fp32)",
+     ["--preset=diloco", "steps", "--outer_lr=1", "--outer_momentum=0", "--nesterov=false"]),
+    ("diloco", "DiLoCo dense", ["--preset=diloco"]),
+    ("diloco-2bit", "DiLoCo 2-bit+EF",
+     ["--preset=diloco", "--uplink_codec=lloyd:bits=2,chunk=512", "--downlink_codec=lloyd:bits=2,chunk=512"]),
+    ("muloco", "MuLoCo dense", ["--preset=muloco"]),
+    ("muloco-2bit", "MuLoCo 2-bit+EF", ["--preset=muloco-2bit"]),
+    ("muloco-topk", "MuLoCo top-k+2-bit+EF",
+     ["--preset=muloco", "--uplink_codec=topk:chunk=4096,k=128,bits=2", "--downlink_codec=lloyd:bits=2,chunk=512"]),
+    ("sparseloco", "SparseLoCo (top-k+2-bit+EF)", ["--preset=sparseloco"]),
+    ("signmuon", "SignMuon (H=1, 1-bit votes)", ["--preset=signmuon", "steps"]),
+]
+
+ROUND_RE = re.compile(r"round (\d+): train_loss (\S+), up (\d+) bytes .*?down (\d+) bytes")
+EVAL_RE = re.compile(r"eval: round (\d+) val_loss (\S+)")
+JOIN_RE = re.compile(r"joined .*?: (.*)$", re.M)
+PARAMS_RE = re.compile(r"fetched model at round \d+ \((\d+) parameters\)")
+
+
+# ---------------------------------------------------------------- the wire format, independently
+
+def parse_codec(spec):
+    name, _, rest = spec.partition(":")
+    name = {"fp32": "dense-fp32", "bf16": "dense-bf16"}.get(name, name)
+    c = dict(scheme=name, bits=1 if name == "sign" else 2, chunk=4096, k=32, ratio=0.0, dense_vectors=True)
+    for kv in filter(None, rest.split(",")):
+        key, _, value = kv.partition("=")
+        if key == "vectors":
+            c["dense_vectors"] = value == "dense"
+        elif key == "ratio":
+            c["ratio"] = float(value)
+        else:
+            c[key] = int(value)
+    return c
+
+
+def tensor_shapes(vocab, n_layer, d, context):
+    """(rows, numel, is_vector) per tensor, in the GPT's layout order (common/model_layout.cc)."""
+    out = [(vocab, vocab * d, False), (context, context * d, False)]
+    for _ in range(n_layer):
+        out += [(d, d, True), (d, d, True), (3 * d, 3 * d * d, False), (d, d * d, False),
+                (d, d, True), (d, d, True), (4 * d, 4 * d * d, False), (d, 4 * d * d, False)]
+    return out + [(d, d, True), (d, d, True), (vocab, vocab * d, False)]
+
+
+def packed(n, bits):
+    return (n * bits + 7) // 8
+
+
+def payload_bytes(spec, shapes):
+    """Exact payload size: 32-byte header, 32 bytes per segment, each segment's data."""
+    c = parse_codec(spec)
+    total = 32 + 32 * len(shapes)
+    for _rows, n, vector in shapes:
+        scheme = "dense-fp32" if vector and c["dense_vectors"] else c["scheme"]
+        chunk = c["chunk"]
+        nc = -(-n // chunk)
+        if scheme == "dense-fp32":
+            total += 4 * n
+        elif scheme == "dense-bf16":
+            total += 2 * n
+        elif scheme in ("quant", "lloyd"):
+            total += nc * (1 << c["bits"]) * 4 + packed(n, c["bits"])
+        elif scheme == "linear":
+            total += nc * 8 + packed(n, c["bits"])
+        elif scheme == "sign":
+            total += nc * 4 + packed(n, 1)
+        elif scheme == "topk":
+            k = c["k"]
+            if c["ratio"] > 0:
+                chunk = 2
+                while chunk < n and chunk < (1 << 24):
+                    chunk *= 2
+                k = int(min(max(math.floor(n * c["ratio"]), 1), chunk))
+            kept = (n // chunk) * k + min(k, n % chunk)
+            values = kept * 4 if c["bits"] == 32 else (1 << c["bits"]) * 4 + packed(kept, c["bits"])
+            total += packed(kept, chunk.bit_length() - 1) + values
+        else:
+            raise ValueError(f"unknown scheme in {spec}")
+    return total
+
+
+# ---------------------------------------------------------------- one run
+
+def wait_port(port_file, proc, log, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited early:\n{open(log).read()[-3000:]}")
+        if os.path.exists(port_file) and open(port_file).read().strip():
+            return int(open(port_file).read())
+        time.sleep(0.05)
+    raise RuntimeError("server did not write its port")
+
+
+def run_method(a, name, flags, logdir):
+    """Runs a server and K workers to the end; returns the parsed outcome of worker 0."""
+    os.makedirs(logdir, exist_ok=True)
+    steps = "steps" in flags
+    flags = [f for f in flags if f != "steps"]
+    if steps:  # one inner step per round, as many rounds as the others' inner steps
+        flags += ["--inner_steps=1", f"--rounds={a.rounds * a.inner_steps}", f"--eval_every={a.inner_steps}"]
+    else:
+        flags += [f"--inner_steps={a.inner_steps}", f"--rounds={a.rounds}", "--eval_every=1"]
+    if a.warmup_steps:
+        flags.append(f"--warmup_steps={a.warmup_steps}")
+    flags += [f"--eval_batches={a.eval_batches}", *a.extra]
+    port_file = os.path.join(logdir, "port")
+    server_log = os.path.join(logdir, "server.log")
+    procs = []
+    t0 = time.time()
+    try:
+        server = subprocess.Popen([os.path.join(a.build, "muloco-server"), "--listen=127.0.0.1:0", "--insecure",
+                                   "--open_join", f"--port_file={port_file}", f"--min_quorum={a.workers}",
+                                   "--round_timeout_s=600", *flags],
+                                  stdout=open(server_log, "w"), stderr=subprocess.STDOUT)
+        procs.append(server)
+        port = wait_port(port_file, server, server_log)
+        for i in range(a.workers):
+            procs.append(subprocess.Popen([os.path.join(a.build, "muloco-worker"), f"--server=127.0.0.1:{port}",
+                                           "--insecure", f"--name=w{i}", "--threads=1", "--progress_s=0"],
+                                          stdout=open(os.path.join(logdir, f"w{i}.log"), "w"),
+                                          stderr=subprocess.STDOUT))
+        for p in procs[1:] + procs[:1]:
+            code = p.wait(timeout=a.timeout)
+            if code != 0:
+                raise RuntimeError(f"{name}: a process exited {code}; logs in {logdir}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    wall = time.time() - t0
+    text = open(os.path.join(logdir, "w0.log")).read()
+    join = JOIN_RE.search(text)
+    rounds = [(int(m[1]), float(m[2]), int(m[3]), int(m[4])) for m in ROUND_RE.finditer(text)]
+    evals = [(int(m[1]), float(m[2])) for m in EVAL_RE.finditer(text)]
+    params = int(PARAMS_RE.search(text)[1])
+    return dict(config=join[1] if join else "", rounds=rounds, evals=evals, params=params, wall=wall,
+                h=1 if steps else a.inner_steps)
+
+
+def config_value(config, key):
+    m = re.search(rf"\b{key}=(\S+)", config)
+    return m[1] if m else None
+
+
+def check_bytes(name, r, shapes):
+    """Every logged payload has the size the wire format gives; returns (up, down) per payload."""
+    up_spec, down_spec = config_value(r["config"], "up"), config_value(r["config"], "down")
+    up, down = payload_bytes(up_spec, shapes), payload_bytes(down_spec, shapes)
+    params = sum(n for _, n, _ in shapes)
+    if params != r["params"]:
+        raise RuntimeError(f"{name}: the worker has {r['params']} parameters, the layout here {params}")
+    for rnd, _loss, u, d in r["rounds"]:
+        if (u, d) != (up, down):
+            raise RuntimeError(f"{name}: round {rnd} logged up {u} / down {d} bytes; the wire format gives {up} / {down}")
+    return up, down, up_spec, down_spec
+
+
+# ---------------------------------------------------------------- report
+
+def write_plots(out, curves_csv, names):
+    gp = shutil.which("gnuplot")
+    if not gp:
+        print("frontier: gnuplot not found (apt-get install gnuplot-nox): no plots", file=sys.stderr)
+        return []
+    pngs = []
+    for kind, xcol, xlabel, logx in (("bytes", 5, "bytes sent + received per worker (cumulative)", True),
+                                     ("rounds", 3, "inner steps per worker", False)):
+        png = os.path.join(out, f"frontier_{kind}.png")
+        plots = ", ".join(f"'{curves_csv}' using (strcol(1) eq '{n}' ? ${xcol} : 1/0):6 with linespoints title '{n}'"
+                          for n in names)
+        script = (f"set terminal png size 1000,650; set output '{png}'; set datafile separator ','; "
+                  f"set key outside right; set grid; set xlabel '{xlabel}'; set ylabel 'validation loss'; "
+                  f"{'set logscale x; ' if logx else ''}set yrange [*:*]; plot {plots}")
+        subprocess.run([gp, "-e", script], check=True)
+        pngs.append(png)
+    return pngs
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    here = os.path.dirname(os.path.abspath(__file__))
+    p.add_argument("--build", default=os.path.join(here, "..", "build"))
+    p.add_argument("--out", default=os.path.join(here, "results"))
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--inner_steps", type=int, default=20)
+    p.add_argument("--warmup_steps", type=int, default=0, help="override every preset's warmup (0: keep)")
+    p.add_argument("--eval_batches", type=int, default=8)
+    p.add_argument("--methods", default=",".join(m[0] for m in METHODS))
+    p.add_argument("--timeout", type=float, default=1200, help="seconds per process")
+    p.add_argument("--smoke", action="store_true", help="every method, 2 workers, 2 rounds of 2 steps")
+    p.add_argument("--logs", default=None, help="keep the processes' logs here (default: a temporary folder)")
+    p.add_argument("--vary", action="append", default=[], metavar="FLAG=V1,V2",
+                   help="a sweep: every method once per value of this server flag, values split on ',' "
+                        "(on ';' for the *_codec flags); repeatable: every combination")
+    p.add_argument("extra", nargs="*", help="server flags added to every method (after --)")
+    a = p.parse_args()
+    if a.smoke:
+        a.workers, a.rounds, a.inner_steps, a.warmup_steps, a.eval_batches = 2, 2, 2, 1, 1
+    known = {m[0]: m for m in METHODS}
+    chosen = [known[n] for n in a.methods.split(",") if n in known]
+    unknown = [n for n in a.methods.split(",") if n not in known]
+    if unknown:
+        p.error(f"unknown methods {unknown} (known: {', '.join(known)})")
+    for vary in a.vary:
+        flag, _, values = vary.partition("=")
+        chosen = [(f"{name}[{flag}={v}]", label, flags + [f"--{flag}={v}"])
+                  for name, label, flags in chosen for v in values.split(";" if flag.endswith("codec") else ",")]
+    os.makedirs(a.out, exist_ok=True)
+    logs = a.logs or tempfile.mkdtemp(prefix="muloco_frontier_")
+    print(f"frontier: K={a.workers} workers, {a.rounds} rounds x H={a.inner_steps} inner steps per worker; logs in {logs}",
+          flush=True)
+    rows, curves = [], []
+    for name, label, flags in chosen:
+        r = run_method(a, name, flags, os.path.join(logs, name))
+        model = re.search(r"GPT\(vocab (\d+), layers (\d+), heads \d+, d (\d+), ctx (\d+)\)", r["config"])
+        shapes = tensor_shapes(*(int(g) for g in model.groups())) if model else []
+        up, down, up_spec, down_spec = check_bytes(name, r, shapes)
+        losses = [v for _, v in r["evals"]]
+        if not losses or not all(math.isfinite(v) for v in losses):
+            raise RuntimeError(f"{name}: validation losses {losses}")
+        n_payloads = len(r["rounds"])
+        cum = 0
+        per_round = {rnd: u + d for rnd, _, u, d in r["rounds"]}
+        for rnd, val in r["evals"]:
+            cum_bytes = sum(b for k, b in per_round.items() if k < rnd)
+            curves.append(dict(method=name, round=rnd, steps=rnd * r["h"], payloads=rnd, bytes=cum_bytes, val_loss=val))
+        rows.append(dict(method=name, label=label, final_val_loss=losses[-1], start_val_loss=losses[0],
+                         bits_up=8 * up / r["params"], bits_down=8 * down / r["params"], payloads=n_payloads,
+                         bytes_up=up * n_payloads, bytes_down=down * n_payloads, wall_s=r["wall"], up_codec=up_spec,
+                         down_codec=down_spec, params=r["params"]))
+        print(f"  {name:13s} val {losses[-1]:.4f}  up {8 * up / r['params']:.3f} / down {8 * down / r['params']:.3f}"
+              f" bits/param  {r['wall']:.0f} s", flush=True)
+    ref = next((r for r in rows if r["method"] == "diloco"), None)
+    for r in rows:
+        total = r["bytes_up"] + r["bytes_down"]
+        r["x_smaller_than_diloco"] = (ref["bytes_up"] + ref["bytes_down"]) / total if ref else float("nan")
+        r["vs_muloco_dense"] = next((r["final_val_loss"] / m["final_val_loss"] - 1 for m in rows
+                                     if m["method"] == "muloco"), float("nan"))
+    fields = ["method", "label", "final_val_loss", "vs_muloco_dense", "bits_up", "bits_down", "payloads", "bytes_up",
+              "bytes_down", "x_smaller_than_diloco", "wall_s", "up_codec", "down_codec", "params", "start_val_loss"]
+    with open(os.path.join(a.out, "frontier.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    curves_csv = os.path.join(a.out, "frontier_curves.csv")
+    with open(curves_csv, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["method", "round", "steps", "payloads", "bytes", "val_loss"])
+        w.writeheader()
+        w.writerows(curves)
+    head = (f"K={a.workers} workers, {a.rounds} rounds x H={a.inner_steps} steps per worker "
+            f"({rows[0]['params'] if rows else 0} parameters); bits per parameter per payload, headers and tables included")
+    width = max([13] + [len(r["method"]) for r in rows])
+    lines = [head, "",
+             f"{'method':{width}s} {'final val':>9s} {'vs MuLoCo':>9s} {'bits up':>8s} {'bits down':>9s} {'payloads':>8s} "
+             f"{'MB/worker':>9s} {'x fewer':>8s} {'wall s':>7s}  label"]
+    for r in rows:
+        lines.append(f"{r['method']:{width}s} {r['final_val_loss']:9.4f} {100 * r['vs_muloco_dense']:+8.1f}% {r['bits_up']:8.3f} "
+                     f"{r['bits_down']:9.3f} {r['payloads']:8d} {(r['bytes_up'] + r['bytes_down']) / 1e6:9.2f} "
+                     f"{r['x_smaller_than_diloco']:8.1f} {r['wall_s']:7.0f}  {r['label']}")
+    lines += ["", "x fewer: total bytes up + down per worker, DiLoCo dense over this method's; "
+              "vs MuLoCo: final validation loss against MuLoCo dense"]
+    table = "\n".join(lines)
+    with open(os.path.join(a.out, "frontier.txt"), "w") as f:
+        f.write(table + "\n")
+    print("\n" + table)
+    for png in write_plots(a.out, curves_csv, [r["method"] for r in rows]):
+        print(f"plot: {png}")
+
+
+if __name__ == "__main__":
+    main()
