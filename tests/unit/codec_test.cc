@@ -181,6 +181,29 @@ TEST(Codec, ErrorFeedbackConservesTheSumOverManyRounds) {
   }
 }
 
+// MuLoCo's code feeds back e ← β·e + η·Δ; muloco feeds back e ← β·e + Δ and applies η on
+// the server. The codecs are scale-equivariant (C(η·x) = η·C(x)), so by induction the two
+// send the same updates: exactly so for a power-of-two η, which scales every float exactly.
+TEST(Codec, ErrorFeedbackWithTheOuterLrInsideSendsTheSameUpdates) {
+  const float eta = 0.5f, beta = 0.9f;
+  for (const char* spec : {"lloyd:bits=2,chunk=64", "lloyd:bits=1,chunk=64", "quant:bits=2,chunk=64",
+                           "topk:chunk=64,k=3,bits=2", "dense-bf16"}) {
+    const size_t n = 1000;
+    const std::vector<Segment> segs = PlanSegments({TensorShape{10, n, false}}, *ParseCodec(spec));
+    std::vector<float> ef_outside(n, 0.0f), ef_inside(n, 0.0f);
+    for (int r = 0; r < 20; ++r) {
+      std::vector<float> delta = Random(n, 300 + r, 0.01f), scaled = delta;
+      for (float& v : scaled) v *= eta;
+      const std::vector<float> a = Decode(Compress(segs, delta.data(), beta, ef_outside.data()), n);
+      const std::vector<float> b = Decode(Compress(segs, scaled.data(), beta, ef_inside.data()), n);
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(eta * a[i], b[i]) << spec << " round " << r << " i " << i;
+        ASSERT_EQ(eta * ef_outside[i], ef_inside[i]) << spec << " round " << r << " i " << i;
+      }
+    }
+  }
+}
+
 TEST(Codec, VectorsStayDenseWhenAsked) {
   const CodecConfig c = *ParseCodec("quant:bits=2");
   std::vector<Segment> segs = PlanSegments({TensorShape{64, 64 * 64, false}, TensorShape{1, 64, true}}, c);
