@@ -31,7 +31,8 @@ import tempfile
 import time
 
 # Methods: (name, label, server flags). Every method trains R rounds of H inner steps per
-# worker; the H = 1 methods run R * H rounds of one step (marked "steps").
+# worker; the H = 1 methods run R * H rounds of one step (marked "steps"). The top-k rows keep
+# outer lr 0.7: lr 1.0, best for dense MuLoCo, costs them 5-8% (bench/README.md).
 METHODS = [
     ("dp", "data-parallel (H=1, dense fp32)",
      ["--preset=diloco", "steps", "--outer_lr=1", "--outer_momentum=0", "--nesterov=false"]),
@@ -41,14 +42,19 @@ METHODS = [
     ("muloco", "MuLoCo dense", ["--preset=muloco"]),
     ("muloco-2bit", "MuLoCo 2-bit+EF", ["--preset=muloco-2bit"]),
     ("muloco-topk", "MuLoCo top-k+2-bit+EF",
-     ["--preset=muloco", "--uplink_codec=topk:chunk=4096,k=128,bits=2", "--downlink_codec=lloyd:bits=2,chunk=512"]),
-    ("sparseloco", "SparseLoCo (top-k+2-bit+EF)", ["--preset=sparseloco"]),
+     ["--preset=muloco", "--outer_lr=0.7", "--uplink_codec=topk:chunk=4096,k=128,bits=2",
+      "--downlink_codec=lloyd:bits=2,chunk=512"]),
     ("signmuon", "SignMuon (H=1, 1-bit votes)", ["--preset=signmuon", "steps"]),
+    # The best setting found within 1 bit per parameter up and 2 down (bench/README.md, sweeps).
+    ("muloco-1bit", "MuLoCo <=1 bit up, <=2 down",
+     ["--preset=muloco", "--outer_lr=0.7", "--uplink_codec=topk:chunk=4096,k=256,bits=2,vectors=same",
+      "--downlink_codec=lloyd:bits=1,chunk=4096,vectors=same"]),
 ]
 
 ROUND_RE = re.compile(r"round (\d+): train_loss (\S+), up (\d+) bytes .*?down (\d+) bytes")
 EVAL_RE = re.compile(r"eval: round (\d+) val_loss (\S+)")
 JOIN_RE = re.compile(r"joined .*?: (.*)$", re.M)
+FINAL_RE = re.compile(r"final: .*; checksum ([0-9a-f]+)")
 PARAMS_RE = re.compile(r"fetched model at round \d+ \((\d+) parameters\)")
 
 
@@ -166,11 +172,21 @@ def run_method(a, name, flags, logdir):
                 p.kill()
                 p.wait()
     wall = time.time() - t0
+    # Every replica ends bit-identical to the server's model (the checksums of the final round).
+    finals = {re.search(r"final checksum ([0-9a-f]+)", open(server_log).read())[1]}
+    for i in range(a.workers):
+        m = FINAL_RE.search(open(os.path.join(logdir, f"w{i}.log")).read())
+        finals.add(m[1] if m else None)
+    if len(finals) != 1:
+        raise RuntimeError(f"{name}: the replicas' final checksums differ: {finals}; logs in {logdir}")
     text = open(os.path.join(logdir, "w0.log")).read()
     join = JOIN_RE.search(text)
     rounds = [(int(m[1]), float(m[2]), int(m[3]), int(m[4])) for m in ROUND_RE.finditer(text)]
     evals = [(int(m[1]), float(m[2])) for m in EVAL_RE.finditer(text)]
     params = int(PARAMS_RE.search(text)[1])
+    expected = a.rounds * a.inner_steps if steps else a.rounds
+    if [r[0] for r in rounds] != list(range(expected)):
+        raise RuntimeError(f"{name}: worker 0 logged rounds {[r[0] for r in rounds]}, expected 0..{expected - 1}")
     return dict(config=join[1] if join else "", rounds=rounds, evals=evals, params=params, wall=wall,
                 h=1 if steps else a.inner_steps)
 
@@ -195,21 +211,30 @@ def check_bytes(name, r, shapes):
 
 # ---------------------------------------------------------------- report
 
-def write_plots(out, curves_csv, names):
+def write_plots(out, curves, names):
+    """Validation loss against cumulative bytes (log x) and against inner steps, one line per
+    method, from a gnuplot data file with one block per method (names may hold commas)."""
     gp = shutil.which("gnuplot")
     if not gp:
         print("frontier: gnuplot not found (apt-get install gnuplot-nox): no plots", file=sys.stderr)
         return []
+    data = os.path.join(out, "frontier_curves.dat")
+    with open(data, "w") as f:
+        for n in names:
+            f.write(f"# {n}: steps bytes val_loss\n")
+            f.writelines(f"{c['steps']} {c['bytes']} {c['val_loss']}\n" for c in curves if c["method"] == n)
+            f.write("\n\n")
+    # The y axis stops a little above the start: a first-round spike would squash the rest.
+    ymax = 1.05 * max(c["val_loss"] for c in curves if c["round"] == 0)
     pngs = []
-    for kind, xcol, xlabel, logx in (("bytes", 5, "bytes sent + received per worker (cumulative)", True),
-                                     ("rounds", 3, "inner steps per worker", False)):
+    for kind, xcol, xlabel, logx in (("bytes", 2, "bytes sent + received per worker (cumulative)", True),
+                                     ("rounds", 1, "inner steps per worker", False)):
         png = os.path.join(out, f"frontier_{kind}.png")
-        plots = ", ".join(f"'{curves_csv}' using (strcol(1) eq '{n}' ? ${xcol} : 1/0):6 with linespoints title '{n}'"
-                          for n in names)
-        script = (f"set terminal png size 1000,650; set output '{png}'; set datafile separator ','; "
-                  f"set key outside right; set grid; set xlabel '{xlabel}'; set ylabel 'validation loss'; "
-                  f"{'set logscale x; ' if logx else ''}set yrange [*:*]; plot {plots}")
-        subprocess.run([gp, "-e", script], check=True)
+        plots = ", ".join(f"'{data}' index {i} using {xcol}:3 with linespoints title '{n}'" for i, n in enumerate(names))
+        script = (f"set terminal png size 1000,650; set output '{png}'; set key outside right; set grid; "
+                  f"set xlabel '{xlabel}'; set ylabel 'validation loss'; "
+                  f"{'set logscale x; ' if logx else ''}set yrange [*:{ymax}]; plot {plots}")
+        subprocess.run([gp, "-e", script], check=True, capture_output=True)
         pngs.append(png)
     return pngs
 
@@ -302,7 +327,7 @@ def main():
     with open(os.path.join(a.out, "frontier.txt"), "w") as f:
         f.write(table + "\n")
     print("\n" + table)
-    for png in write_plots(a.out, curves_csv, [r["method"] for r in rows]):
+    for png in write_plots(a.out, curves, [r["method"] for r in rows]):
         print(f"plot: {png}")
 
 

@@ -14,11 +14,9 @@ namespace muloco {
 
 // Complete configurations, one per method, kept as text-format data in run_config.cc
 // (model and schedule are the demo's in each):
-//   diloco       AdamW inner, dense fp32 both ways, outer Nesterov SGD lr 0.7 momentum 0.9
-//   muloco       Muon inner (AdamW for embeddings, head, gains, biases), dense, outer 0.7 / 0.6
+//   diloco       AdamW inner, dense fp32 both ways, outer Nesterov SGD lr 0.7 momentum 0.6
+//   muloco       Muon inner (AdamW for embeddings, head, gains, biases), dense, outer 1.0 / 0.6
 //   muloco-2bit  muloco with 2-bit Lloyd-Max quantization + error feedback both ways (default)
-//   sparseloco   AdamW inner, top-k 32 of 4096 with 2-bit values + EF (beta 0.999) up, 2-bit
-//                down; outer lr 1, no momentum (error feedback takes momentum's place)
 //   signmuon     H = 1: each worker sends the signs of its Muon direction (1 bit per
 //                parameter); the server applies the majority vote W <- W - outer_lr * V
 inline constexpr char kDefaultPreset[] = "muloco-2bit";

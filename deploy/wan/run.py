@@ -20,6 +20,7 @@ import csv
 import os
 import re
 import shutil
+import shlex
 import signal
 import subprocess
 import sys
@@ -160,6 +161,7 @@ def run_method(a, tag, name, method, k, rounds, rate_mbit, logdir, overlap_ok):
                     "--heartbeat_timeout_s=120", "--idle_timeout_s=300"]
     if not signmuon:
         server_flags.append(f"--inner_steps={h}")
+    server_flags += shlex.split(a.server_flags)  # e.g. a larger model
     worker_flags = ["--progress_s=0", "--heartbeat_s=5", "--stall_timeout_s=120"]
     overlap = bool(method.get("overlap"))
     if overlap and overlap_ok:
@@ -342,6 +344,9 @@ def main():
     p.add_argument("--out", default="/tmp/muloco-wan", help="CSV and logs go here")
     p.add_argument("--build", default=os.environ.get("MULOCO_BUILD", os.path.join(REPO, "build")))
     p.add_argument("--calibration_rounds", type=int, default=2)
+    p.add_argument("--server_flags", default="",
+                   help='server flags for every run, e.g. "--d_model=192 --n_layer=3" (a model whose dense transfer '
+                        'takes over a minute on the volunteer link)')
     p.add_argument("--compute_s", type=float, default=None,
                    help="compute seconds per round of the small model (skips the calibration run)")
     p.add_argument("--target", type=float, default=None,
@@ -399,7 +404,7 @@ def main():
                   "links unshaped")
             a.compute_s, n_params = calibrate(a, tag, a.out, overlap_ok)
         else:
-            out = subprocess.run([a.server_bin, "--preset=diloco", "--print_config"], capture_output=True, text=True).stdout
+            out = subprocess.run([a.server_bin, "--preset=diloco", *shlex.split(a.server_flags), "--print_config"], capture_output=True, text=True).stdout
             n_params = None
         if n_params is None:  # --compute_s given: ask a baseline-free way, the model shape of the preset
             m = {k: int(v) for k, v in re.findall(r"(vocab_size|n_layer|d_model|context): (\d+)", out)}

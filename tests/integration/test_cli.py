@@ -7,7 +7,7 @@ from harness import SERVER_BIN, WORKER_BIN
 
 RUN_CONFIG_FLAGS = ["preset", "mode", "inner_optimizer", "muon_lr", "muon_scale", "ns_steps", "ef_beta",
                     "signmuon_polar", "vocab_size", "n_layer", "n_head", "d_model", "context", "inner_steps", "rounds",
-                    "batch_size", "inner_lr", "warmup_steps", "weight_decay", "grad_clip", "uplink_codec",
+                    "batch_size", "inner_lr", "warmup_steps", "weight_decay", "muon_weight_decay", "grad_clip", "uplink_codec",
                     "downlink_codec", "eval_every"]
 
 
