@@ -18,7 +18,7 @@ ABSL_FLAG(uint32_t, min_quorum, 1, "Pushes required before a round may close");
 ABSL_FLAG(double, round_timeout_s, 120, "After a round's first push, close it this many seconds later at most");
 ABSL_FLAG(double, heartbeat_timeout_s, 30, "Evict a worker silent for this many seconds");
 ABSL_FLAG(uint32_t, chunk_bytes, 1 << 20, "Bytes per streamed chunk");
-ABSL_FLAG(double, linger_s, 30, "After the final round, keep serving until all workers leave or this passes");
+ABSL_FLAG(double, linger_s, 30, "After the final round, keep serving until all workers leave, or none has been heard from (call, heartbeat, transfer) for this long");
 ABSL_FLAG(std::string, checkpoint_dir, "", "Checkpoint here and resume from the newest good checkpoint on start");
 ABSL_FLAG(uint32_t, checkpoint_every, 1, "Rounds between checkpoints (also on the final round and on SIGTERM)");
 ABSL_FLAG(uint32_t, keep_checkpoints, 3, "Checkpoints kept (the newest)");

@@ -401,7 +401,9 @@ EngineState RoundEngine::ExportState() const {
 
 RoundEngine::RunState RoundEngine::State() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return RunState{done_, members_.size()};
+  RunState st{done_, members_.size(), 0};
+  for (const auto& [id, m] : members_) st.last_heard = std::max(st.last_heard, m.last_seen);
+  return st;
 }
 
 EngineStats RoundEngine::Stats() const {

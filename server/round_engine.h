@@ -192,6 +192,7 @@ class RoundEngine {
   struct RunState {
     bool done = false;
     size_t live_workers = 0;
+    double last_heard = 0;  // the latest call or heartbeat of a live worker (clock time; 0: none)
   };
   RunState State() const;
   EngineState ExportState() const;

@@ -257,7 +257,12 @@ int RunServer(ServerOptions o, const std::atomic<bool>* stop, std::atomic<bool>*
     const RoundEngine::RunState st = engine.State();
     if (!st.done) continue;
     if (done_since < 0) done_since = clock.Now();
-    if (st.live_workers == 0 || clock.Now() - done_since > o.linger_s) break;
+    // Linger follows the workers, not the clock: a final update still arriving over a slow
+    // link (its tail may sit in socket buffers after the handler returned) is let finish
+    // while its worker heartbeats; a silent worker is evicted (heartbeat timeout) or its
+    // stalled stream cancelled (idle timeout).
+    const double quiet_since = std::max(done_since, st.last_heard);
+    if (st.live_workers == 0 || (clock.Now() - quiet_since > o.linger_s && service.StreamsInFlight() == 0)) break;
   }
   if (stop->load() && eo.checkpoint) eo.checkpoint(engine.ExportState());  // SIGTERM: save where we are
   service.BeginShutdown();

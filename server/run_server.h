@@ -24,7 +24,8 @@ struct ServerOptions {
   uint32_t min_quorum = 1;              // pushes required before a round may close
   double round_timeout_s = 120;         // after a round's first push, close it this much later at most
   double heartbeat_timeout_s = 30;      // evict a worker silent this long
-  double linger_s = 30;                 // after the final round, serve until all workers leave or this passes
+  double linger_s = 30;                 // after the final round, serve until all workers leave, or no
+                                        // worker has been heard from (call, heartbeat, stream) for this long
   Robust robust = Robust::kClip;        // screening of pushed updates (server/screen.h)
   std::string checkpoint_dir;           // checkpoint here and resume from the newest good checkpoint
   uint32_t checkpoint_every = 1;        // rounds between checkpoints (also on the final round and on stop)

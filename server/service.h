@@ -47,6 +47,8 @@ class MulocoService final : public v1::Muloco::Service {
   // Makes blocked AwaitRound calls return UNAVAILABLE (server shutting down).
   void BeginShutdown() { shutting_down_ = true; }
   WireStats Wire() const;
+  // Streaming calls in flight (a stalled one is cancelled after idle_timeout_s).
+  size_t StreamsInFlight() { return watchdog_.watched(); }
 
   grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest*, v1::JoinResponse*) override;
   grpc::Status FetchModel(grpc::ServerContext*, const v1::FetchModelRequest*,

@@ -8,13 +8,13 @@
 #include <grpcpp/server_context.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
-#include <thread>
 
 #include "common/clock.h"
+#include "common/periodic.h"
 
 namespace muloco {
 
@@ -41,23 +41,23 @@ class Watchdog {
   std::unique_ptr<Watch> Start(grpc::ServerContext* ctx);
 
   uint64_t cancelled() const { return cancelled_.load(); }
+  // Streams being watched now (calls moving data, or idle for less than idle_timeout_s).
+  size_t watched();
 
  private:
   struct Entry {
     grpc::ServerContext* ctx;
     double last_progress;
   };
-  void Loop(double period_s);
+  void Check();
 
   const double idle_timeout_s_;
   const Clock* const clock_;
   std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;                   // guarded by mu_
   uint64_t next_id_ = 0;                // guarded by mu_
   std::map<uint64_t, Entry> entries_;   // guarded by mu_
   std::atomic<uint64_t> cancelled_{0};
-  std::thread thread_;                  // last: starts after the fields above exist
+  PeriodicThread thread_;               // last: starts after the fields above exist
 };
 
 }  // namespace muloco

@@ -13,7 +13,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <ctime>
 #include <functional>
@@ -37,6 +36,7 @@
 #include "worker/data.h"
 #include "worker/replica.h"
 #include "worker/retry.h"
+#include "common/periodic.h"
 #include "worker/trainer.h"
 #include "worker/uplink.h"
 
@@ -44,36 +44,6 @@ namespace muloco {
 namespace {
 
 double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-// Sends heartbeats for *id every period_s until destroyed (the id changes on a rejoin),
-// each with the worker's counters from `report`.
-class HeartbeatThread {
- public:
-  HeartbeatThread(Transport* client, const std::atomic<uint64_t>* id, double period_s,
-                  std::function<v1::WorkerReport()> report)
-      : thread_([=] {
-          std::unique_lock<std::mutex> lock(mu_);
-          while (!cv_.wait_for(lock, std::chrono::duration<double>(period_s), [&] { return stop_; })) {
-            lock.unlock();
-            client->Heartbeat(id->load(), report()).IgnoreError();  // a failure shows up on the next real call
-            lock.lock();
-          }
-        }) {}
-  ~HeartbeatThread() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::thread thread_;
-};
 
 const char* SignalName(int sig) {
   switch (sig) {
@@ -96,39 +66,6 @@ std::string UtcClockIn(double in_s) {
   std::snprintf(out, sizeof out, "%02d:%02d:%02dZ", utc.tm_hour, utc.tm_min, utc.tm_sec);
   return out;
 }
-
-// Runs on_stop once, on its own thread, when *signal turns nonzero (polled: a signal handler
-// can only set a flag), so that a call blocked elsewhere can be cancelled. Null: does nothing.
-class StopWatcher {
- public:
-  StopWatcher(const std::atomic<int>* signal, std::function<void()> on_stop) {
-    if (signal == nullptr) return;
-    thread_ = std::thread([this, signal, on_stop = std::move(on_stop)] {
-      std::unique_lock<std::mutex> lock(mu_);
-      while (!cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return done_; })) {
-        if (signal->load() != 0) {
-          lock.unlock();
-          on_stop();
-          return;
-        }
-      }
-    });
-  }
-  ~StopWatcher() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;  // guarded by mu_
-  std::thread thread_;
-};
 
 // Progress of one round's local training, logged at most every period_s (0: never), never
 // for the last step (the round's own line follows).
@@ -364,8 +301,16 @@ int WorkerSession::Run() {
       },
       &metrics_failed);
   if (metrics_failed) return 2;
-  // Cancels a round's long poll at once on a stop signal (checks elsewhere are between steps).
-  StopWatcher stop_watcher(o_.stop_signal, [this] { client_.CancelAwaits(); });
+  // Cancels a round's long poll at once on a stop signal (checks elsewhere are between steps;
+  // polled: a signal handler can only set a flag).
+  std::unique_ptr<PeriodicThread> stop_watcher;
+  if (o_.stop_signal != nullptr) {
+    stop_watcher = std::make_unique<PeriodicThread>(0.05, [this] {
+      if (o_.stop_signal->load() == 0) return true;
+      client_.CancelAwaits();
+      return false;
+    });
+  }
   if (absl::Status s = Join(o_.connect_timeout_s); !s.ok()) {
     if (Stopping()) return Stop();
     LogError(tag_.c_str(), "cannot join %s: %s", client_.Describe().c_str(), s.ToString().c_str());
@@ -385,9 +330,16 @@ int WorkerSession::Run() {
   }
   Uplink uplink(PlanSegments(CodecShapes(layout), *ParseCodec(config_.uplink_codec())), signmuon, config_.ef_beta(), n,
                 config_.data_seed() + join_index_);
-  auto heartbeat = std::make_unique<HeartbeatThread>(&client_, &id_, o_.heartbeat_s, [this] {
-    std::lock_guard<std::mutex> lock(stats_mu_);
-    return ToReport(stats_);
+  // Heartbeats for the current id (it changes on a rejoin) with the worker's counters; a
+  // failure shows up on the next real call.
+  auto heartbeat = std::make_unique<PeriodicThread>(o_.heartbeat_s, [this] {
+    v1::WorkerReport report;
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      report = ToReport(stats_);
+    }
+    client_.Heartbeat(id_.load(), report).IgnoreError();
+    return true;
   });
   if (absl::Status s = Resync(); !s.ok()) return Fail(s);
 

@@ -23,7 +23,10 @@ def stamp(line):
 
 class SlowLink(ClusterTest):
     def test_transfers_longer_than_the_stall_timeout_finish(self):
-        server, addr = self.start_server(*RUN)
+        # --linger_s=3: the final update (~6 s here) is still let finish, since the server's
+        # linger counts from the last word of a live worker (it used to count from the final
+        # close and cut the transfer: a WAN run with 1-minute transfers failed so).
+        server, addr = self.start_server(*RUN, "--linger_s=3")
         proxy = Proxy(int(addr.split(":")[1]), RATE)
         worker = self.start_worker(f"127.0.0.1:{proxy.port}", *WORKER, "--name=slow")
         self.assertEqual(worker.wait(timeout=120), 0, worker.text())
