@@ -283,11 +283,9 @@ def main():
         if not losses or not all(math.isfinite(v) for v in losses):
             raise RuntimeError(f"{name}: validation losses {losses}")
         n_payloads = len(r["rounds"])
-        cum = 0
-        per_round = {rnd: u + d for rnd, _, u, d in r["rounds"]}
-        for rnd, val in r["evals"]:
-            cum_bytes = sum(b for k, b in per_round.items() if k < rnd)
-            curves.append(dict(method=name, round=rnd, steps=rnd * r["h"], payloads=rnd, bytes=cum_bytes, val_loss=val))
+        for rnd, val in r["evals"]:  # every round's payloads are (up, down) bytes: checked above
+            curves.append(dict(method=name, round=rnd, steps=rnd * r["h"], payloads=rnd, bytes=rnd * (up + down),
+                               val_loss=val))
         rows.append(dict(method=name, label=label, final_val_loss=losses[-1], start_val_loss=losses[0],
                          bits_up=8 * up / r["params"], bits_down=8 * down / r["params"], payloads=n_payloads,
                          bytes_up=up * n_payloads, bytes_down=down * n_payloads, wall_s=r["wall"], up_codec=up_spec,

@@ -26,6 +26,8 @@ enum class ParamKind {
 // Muon's share of the model: the 2-D hidden matrices. Embeddings, the LM head, gains and
 // biases stay with AdamW.
 inline bool UsesMuon(ParamKind kind) { return kind == ParamKind::kMatrix; }
+// Whether the inner optimizers apply decoupled weight decay to it (not to gains and biases).
+inline bool Decays(ParamKind kind) { return kind != ParamKind::kGain && kind != ParamKind::kBias; }
 
 struct ParamInfo {
   std::string name;

@@ -207,6 +207,11 @@ std::string DescribeRunConfig(const v1::RunConfig& c) {
                       " down=", c.downlink_codec(), " ef_beta=", c.ef_beta());
 }
 
+float WeightDecayFor(const v1::RunConfig& c, ParamKind kind) {
+  if (!Decays(kind)) return 0.0f;
+  return KindsOf(c).inner == InnerOptimizer::kMuon && UsesMuon(kind) ? c.muon_weight_decay() : c.weight_decay();
+}
+
 double LearningRateFactor(const v1::RunConfig& c, uint64_t step) {
   if (step < c.warmup_steps()) return static_cast<double>(step + 1) / c.warmup_steps();
   const double total = static_cast<double>(c.total_rounds()) * c.inner_steps();

@@ -63,9 +63,7 @@ EngineOptions EngineOptionsFor(const ServerOptions& o, const v1::RunConfig& conf
       if (config.signmuon_polar() && UsesMuon(p.kind)) {
         eo.polar.push_back(MatrixRange{p.offset, static_cast<size_t>(p.shape[0]), static_cast<size_t>(p.shape[1])});
       }
-      // The inner optimizer's decay: Muon's on the matrices, AdamW's on embeddings and head.
-      const float rate = UsesMuon(p.kind) ? config.muon_weight_decay()
-                         : (p.kind == ParamKind::kGain || p.kind == ParamKind::kBias) ? 0.0f : config.weight_decay();
+      const float rate = WeightDecayFor(config, p.kind);  // the inner optimizer's, per tensor
       if (rate > 0) eo.vote_decay.push_back(DecayRange{p.offset, p.numel, rate});
     }
     eo.vote_lr_factor = [config](uint64_t round) { return LearningRateFactor(config, round * config.inner_steps()); };

@@ -28,7 +28,7 @@ struct Trainer::Impl {
         matrices.push_back(p);
         muon_names.push_back(model.layout()[i].name);
       } else {
-        (kind == ParamKind::kGain || kind == ParamKind::kBias ? no_decay : decay).push_back(p);
+        (Decays(kind) ? decay : no_decay).push_back(p);
         adam_params.push_back(p);
       }
     }
