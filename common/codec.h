@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/codec_backend.h"
 
 namespace muloco {
 
@@ -107,6 +108,11 @@ std::string SizeNote(uint64_t bytes, uint64_t payloads, uint64_t n);
 // `threads` > 1 compresses ranges of segments on that many threads: the same bytes.
 std::string Compress(const std::vector<Segment>& segments, const float* delta, float beta, float* ef,
                      uint64_t tie_seed = 0, int threads = 1);
+// The same on a backend (codec_backend.h): delta and ef are the backend's memory (device
+// memory for CUDA), the payload comes back in host memory, with the same bytes as the CPU's.
+// Errors: the backend's (a failed CUDA call; UNIMPLEMENTED for a plan it cannot encode).
+absl::StatusOr<std::string> Compress(CodecBackend& backend, const std::vector<Segment>& segments, const float* delta,
+                                     float beta, float* ef, uint64_t tie_seed = 0, int threads = 1);
 
 // Plain encoding of x (no feedback kept).
 std::string Encode(const std::vector<Segment>& segments, const float* x);
@@ -138,5 +144,7 @@ absl::Status CheckPlan(absl::string_view payload, const std::vector<Segment>& pl
 // Majority-vote counting (SignMuon): every segment must be a sign segment; validates like
 // DecodeAccumulate, then counts[i] += +1 (bit set) or -1. The scales are ignored.
 absl::Status VoteAccumulate(absl::string_view payload, size_t expected_elements, int32_t* counts);
+// The majority vote of the counts: out[i] = sign(counts[i]), 0 for a tie.
+void VoteSign(const int32_t* counts, size_t n, float* out);
 
 }  // namespace muloco

@@ -11,7 +11,6 @@
 #include "common/checksum.h"
 #include "common/log.h"
 #include "kernels/newton_schulz.h"
-#include "kernels/sign.h"
 
 namespace muloco {
 
@@ -263,7 +262,7 @@ void RoundEngine::CloseRoundLocked() {
   const size_t n = num_params_;
   size_t contributors = pushed_.size();
   if (options_.aggregation == Aggregation::kVote) {
-    kernels::cpu::VoteSign(votes_.data(), n, sum_.data());  // g = sign(Σ s_k), ties 0
+    VoteSign(votes_.data(), n, sum_.data());  // g = sign(Σ s_k), ties 0
     for (const MatrixRange& m : options_.polar) PolarNewtonSchulz(sum_.data() + m.offset, m.rows, m.cols, options_.polar_steps);
     const float factor = options_.vote_lr_factor ? static_cast<float>(options_.vote_lr_factor(open_round_)) : 1.0f;
     for (const DecayRange& d : options_.vote_decay) {

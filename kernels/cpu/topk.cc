@@ -26,4 +26,17 @@ void TopKChunk(const float* x, size_t n, size_t k, uint32_t* idx) {
   std::sort(idx, idx + k);
 }
 
+void GatherChunks(const float* x, size_t n, size_t chunk, size_t k, const uint32_t* idx, float* vals) {
+  for (size_t off = 0, t = 0; off < n; off += chunk) {
+    for (size_t j = 0, kept = std::min(k, std::min(chunk, n - off)); j < kept; ++j, ++t) vals[t] = x[off + idx[t]];
+  }
+}
+
+void ScatterAccumulateChunks(const float* vals, size_t n, size_t chunk, size_t k, const uint32_t* idx, float factor,
+                             float* sum) {
+  for (size_t off = 0, t = 0; off < n; off += chunk) {
+    for (size_t j = 0, kept = std::min(k, std::min(chunk, n - off)); j < kept; ++j, ++t) sum[off + idx[t]] += factor * vals[t];
+  }
+}
+
 }  // namespace muloco::kernels::cpu
