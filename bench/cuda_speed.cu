@@ -59,15 +59,15 @@ int main(int argc, char** argv) {
   const float copy = TimeMs([&] { cudaMemcpyAsync(y, x, n * 4, cudaMemcpyDeviceToDevice); });
   struct Row { const char* name; std::function<void()> op; };
   const std::vector<Row> rows = {
-      {"stat quantize 2-bit", [&] { cuda::StatQuantizeChunks(x, n, chunk, 2, lut, codes, nullptr); }},
-      {"gaussian (lloyd) quantize 2-bit", [&] { cuda::GaussianQuantizeChunks(x, n, chunk, 2, lut, codes, nullptr); }},
-      {"linear quantize 2-bit", [&] { cuda::LinearQuantizeChunks(x, n, chunk, 2, lut, scale, codes, nullptr); }},
-      {"pack codes 2-bit", [&] { cuda::PackCodes(codes, n, 2, packed, nullptr); }},
-      {"dequantize-accumulate", [&] { cuda::DequantizeAccumulateChunks(lut, codes, n, chunk, 2, y, nullptr); }},
-      {"sign pack", [&] { cuda::SignPack(x, n, 1, packed, nullptr); }},
-      {"vote accumulate", [&] { cuda::VoteAccumulate(packed, n, counts, nullptr); }},
-      {"error feedback", [&] { cuda::EfUpdate(y, x, n, 0.9f, nullptr); }},
-      {"top-k 32/4096", [&] { cuda::TopKChunks(x, n, chunk, 32, idx, nullptr); }},
+      {"stat quantize 2-bit", [&] { cuda::StatQuantizeChunks(x, n, chunk, 2, lut, codes, nullptr).IgnoreError(); }},
+      {"gaussian (lloyd) quantize 2-bit", [&] { cuda::GaussianQuantizeChunks(x, n, chunk, 2, lut, codes, nullptr).IgnoreError(); }},
+      {"linear quantize 2-bit", [&] { cuda::LinearQuantizeChunks(x, n, chunk, 2, lut, scale, codes, nullptr).IgnoreError(); }},
+      {"pack codes 2-bit", [&] { cuda::PackCodes(codes, n, 2, packed, nullptr).IgnoreError(); }},
+      {"dequantize-accumulate", [&] { cuda::DequantizeAccumulateChunks(lut, codes, n, chunk, 2, 1.0f, y, nullptr).IgnoreError(); }},
+      {"sign pack", [&] { cuda::SignPack(x, n, 1, packed, nullptr).IgnoreError(); }},
+      {"vote accumulate", [&] { cuda::VoteAccumulate(packed, n, counts, nullptr).IgnoreError(); }},
+      {"error feedback", [&] { cuda::EfUpdate(y, x, n, 0.9f, nullptr).IgnoreError(); }},
+      {"top-k 32/4096", [&] { cuda::TopKChunks(x, n, chunk, 32, idx, nullptr).IgnoreError(); }},
   };
   std::printf("elements %zu (%.0f MB fp32); device-to-device copy %.3f ms = %.1f GB/s\n", n, n * 4 / 1e6, copy,
               n * 4 / copy / 1e6);

@@ -28,21 +28,41 @@ __global__ void UnpackKernel(const uint8_t* in, size_t n, int bits, uint8_t* cod
   }
 }
 
-}  // namespace
-
-int PackCodes(const uint8_t* codes, size_t n, int bits, uint8_t* out, void* stream) {
-  if (!ValidCodeBits(bits)) return static_cast<int>(cudaErrorInvalidValue);
-  const size_t bytes = PackedBytes(n, bits);
-  if (bytes == 0) return 0;
-  PackKernel<<<GridFor(bytes, 256), 256, 0, AsStream(stream)>>>(codes, n, bits, out, bytes);
-  return LastError();
+// One thread per output byte: bit g of the stream is bit (g % bits) of index g / bits.
+__global__ void PackIndicesKernel(const uint32_t* idx, size_t n, int bits, uint8_t* out, size_t bytes) {
+  for (size_t j = blockIdx.x * size_t{blockDim.x} + threadIdx.x; j < bytes; j += size_t{gridDim.x} * blockDim.x) {
+    uint8_t v = 0;
+    for (int t = 0; t < 8; ++t) {
+      const size_t g = j * 8 + t, i = g / bits;
+      if (i < n) v |= static_cast<uint8_t>(((idx[i] >> (g % bits)) & 1u) << t);
+    }
+    out[j] = v;
+  }
 }
 
-int UnpackCodes(const uint8_t* in, size_t n, int bits, uint8_t* codes, void* stream) {
-  if (!ValidCodeBits(bits)) return static_cast<int>(cudaErrorInvalidValue);
-  if (n == 0) return 0;
+}  // namespace
+
+absl::Status PackCodes(const uint8_t* codes, size_t n, int bits, uint8_t* out, void* stream) {
+  if (!ValidCodeBits(bits)) return Invalid(__func__);
+  const size_t bytes = PackedBytes(n, bits);
+  if (bytes == 0) return absl::OkStatus();
+  PackKernel<<<GridFor(bytes, 256), 256, 0, AsStream(stream)>>>(codes, n, bits, out, bytes);
+  return Launched(__func__);
+}
+
+absl::Status UnpackCodes(const uint8_t* in, size_t n, int bits, uint8_t* codes, void* stream) {
+  if (!ValidCodeBits(bits)) return Invalid(__func__);
+  if (n == 0) return absl::OkStatus();
   UnpackKernel<<<GridFor(n, 256), 256, 0, AsStream(stream)>>>(in, n, bits, codes);
-  return LastError();
+  return Launched(__func__);
+}
+
+absl::Status PackIndices(const uint32_t* idx, size_t n, int bits, uint8_t* out, void* stream) {
+  if (bits < 1 || bits > 24) return Invalid(__func__);
+  const size_t bytes = PackedBytes(n, bits);
+  if (bytes == 0) return absl::OkStatus();
+  PackIndicesKernel<<<GridFor(bytes, 256), 256, 0, AsStream(stream)>>>(idx, n, bits, out, bytes);
+  return Launched(__func__);
 }
 
 }  // namespace muloco::kernels::cuda

@@ -1,8 +1,12 @@
-// Shared device helpers for the CUDA kernels: launch geometry, error codes, and the block
+// Shared device helpers for the CUDA kernels: launch geometry, errors as Status, and the block
 // reduction that reproduces kernels/reduce.h's order (kLanes threads, tree s = 128 .. 1).
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <string>
+
+#include "absl/status/status.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -12,7 +16,15 @@
 namespace muloco::kernels::cuda {
 
 inline cudaStream_t AsStream(void* s) { return static_cast<cudaStream_t>(s); }
-inline int LastError() { return static_cast<int>(cudaGetLastError()); }
+// The launch just made (and any earlier asynchronous failure) as a Status naming `what`.
+inline absl::Status Launched(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
+}
+inline absl::Status Invalid(const char* what) {
+  return absl::InvalidArgumentError(std::string("CUDA ") + what + ": arguments outside its REQUIRES");
+}
 inline unsigned GridFor(size_t n, unsigned block) {
   const size_t g = (n + block - 1) / block;
   return static_cast<unsigned>(g < 65535u * 16u ? (g ? g : 1) : 65535u * 16u);

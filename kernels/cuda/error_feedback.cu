@@ -13,10 +13,10 @@ __global__ void EfUpdateKernel(float* e, const float* delta, size_t n, float bet
 
 }  // namespace
 
-int EfUpdate(float* e, const float* delta, size_t n, float beta, void* stream) {
-  if (n == 0) return 0;
+absl::Status EfUpdate(float* e, const float* delta, size_t n, float beta, void* stream) {
+  if (n == 0) return absl::OkStatus();
   EfUpdateKernel<<<GridFor(n, 256), 256, 0, AsStream(stream)>>>(e, delta, n, beta);
-  return LastError();
+  return Launched(__func__);
 }
 
 }  // namespace muloco::kernels::cuda

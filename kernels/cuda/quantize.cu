@@ -151,9 +151,24 @@ __global__ void LinearQuantizeKernel(const float* x, size_t n, size_t chunk, int
 }
 
 __global__ void DequantizeAccumulateKernel(const float* lut, const uint8_t* codes, size_t n, size_t chunk, int nbins,
-                                           float* sum) {
+                                           float factor, float* sum) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
-    sum[i] += lut[(i / chunk) * nbins + codes[i]];
+    sum[i] += factor * lut[(i / chunk) * nbins + codes[i]];
+  }
+}
+
+// LinearTable's entry lo + b * step, from (lo, step) pairs per chunk.
+__global__ void DequantizeLinearKernel(const float* lo_step, const uint8_t* codes, size_t n, size_t chunk,
+                                       float factor, float* sum) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
+    const float* m = lo_step + 2 * (i / chunk);
+    sum[i] += factor * (m[0] + static_cast<float>(codes[i]) * m[1]);
+  }
+}
+
+__global__ void LookupKernel(const float* lut, const uint8_t* codes, size_t n, float* out) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
+    out[i] = lut[codes[i]];
   }
 }
 
@@ -161,38 +176,38 @@ size_t Chunks(size_t n, size_t chunk) { return (n + chunk - 1) / chunk; }
 
 }  // namespace
 
-int StatQuantizeChunks(const float* x, size_t n, size_t chunk, int bits, float* lut, uint8_t* codes, void* stream) {
-  if (!ValidCodeBits(bits) || chunk == 0) return static_cast<int>(cudaErrorInvalidValue);
-  if (n == 0) return 0;
+absl::Status StatQuantizeChunks(const float* x, size_t n, size_t chunk, int bits, float* lut, uint8_t* codes, void* stream) {
+  if (!ValidCodeBits(bits) || chunk == 0) return Invalid(__func__);
+  if (n == 0) return absl::OkStatus();
   StatQuantizeKernel<<<static_cast<unsigned>(Chunks(n, chunk)), kLanes, 0, AsStream(stream)>>>(x, n, chunk, bits, lut,
                                                                                                codes);
-  return LastError();
+  return Launched(__func__);
 }
 
-int GaussianQuantizeChunks(const float* x, size_t n, size_t chunk, int bits, float* lut, uint8_t* codes,
+absl::Status GaussianQuantizeChunks(const float* x, size_t n, size_t chunk, int bits, float* lut, uint8_t* codes,
                            void* stream) {
-  if (!ValidGaussianBits(bits) || chunk == 0) return static_cast<int>(cudaErrorInvalidValue);
-  if (n == 0) return 0;
+  if (!ValidGaussianBits(bits) || chunk == 0) return Invalid(__func__);
+  if (n == 0) return absl::OkStatus();
   GaussianQuantizeKernel<<<static_cast<unsigned>(Chunks(n, chunk)), kLanes, 0, AsStream(stream)>>>(
       x, n, chunk, bits, GaussianBinsFor(bits), lut, codes);
-  return LastError();
+  return Launched(__func__);
 }
 
-int LinearQuantizeChunks(const float* x, size_t n, size_t chunk, int bits, float* lo, float* step, uint8_t* codes,
+absl::Status LinearQuantizeChunks(const float* x, size_t n, size_t chunk, int bits, float* lo, float* step, uint8_t* codes,
                          void* stream) {
-  if (!ValidCodeBits(bits) || chunk == 0) return static_cast<int>(cudaErrorInvalidValue);
-  if (n == 0) return 0;
+  if (!ValidCodeBits(bits) || chunk == 0) return Invalid(__func__);
+  if (n == 0) return absl::OkStatus();
   LinearQuantizeKernel<<<static_cast<unsigned>(Chunks(n, chunk)), kLanes, 0, AsStream(stream)>>>(x, n, chunk, bits, lo,
                                                                                                  step, codes);
-  return LastError();
+  return Launched(__func__);
 }
 
-int DequantizeAccumulateChunks(const float* lut, const uint8_t* codes, size_t n, size_t chunk, int bits, float* sum,
-                               void* stream) {
-  if (!ValidCodeBits(bits) || chunk == 0) return static_cast<int>(cudaErrorInvalidValue);
-  if (n == 0) return 0;
-  DequantizeAccumulateKernel<<<GridFor(n, 256), 256, 0, AsStream(stream)>>>(lut, codes, n, chunk, NumBins(bits), sum);
-  return LastError();
+absl::Status DequantizeAccumulateChunks(const float* lut, const uint8_t* codes, size_t n, size_t chunk, int bits, float factor,
+                                        float* sum, void* stream) {
+  if (!ValidCodeBits(bits) || chunk == 0) return Invalid(__func__);
+  if (n == 0) return absl::OkStatus();
+  DequantizeAccumulateKernel<<<GridFor(n, 256), 256, 0, AsStream(stream)>>>(lut, codes, n, chunk, NumBins(bits), factor, sum);
+  return Launched(__func__);
 }
 
 int DeviceCount() {
@@ -200,6 +215,18 @@ int DeviceCount() {
   return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
 }
 
-const char* ErrorString(int error) { return cudaGetErrorString(static_cast<cudaError_t>(error)); }
+absl::Status DequantizeLinearChunks(const float* lo_step, const uint8_t* codes, size_t n, size_t chunk, float factor,
+                                   float* sum, void* stream) {
+  if (chunk == 0) return Invalid(__func__);
+  if (n == 0) return absl::OkStatus();
+  DequantizeLinearKernel<<<GridFor(n, 256), 256, 0, AsStream(stream)>>>(lo_step, codes, n, chunk, factor, sum);
+  return Launched(__func__);
+}
+
+absl::Status Lookup(const float* lut, const uint8_t* codes, size_t n, float* out, void* stream) {
+  if (n == 0) return absl::OkStatus();
+  LookupKernel<<<GridFor(n, 256), 256, 0, AsStream(stream)>>>(lut, codes, n, out);
+  return Launched(__func__);
+}
 
 }  // namespace muloco::kernels::cuda

@@ -49,32 +49,48 @@ __global__ void VoteSignKernel(const int32_t* counts, size_t n, float* out) {
   }
 }
 
+__global__ void SignAccumulateKernel(const uint8_t* bits, const float* scales, size_t n, size_t chunk, float factor,
+                                     float* sum) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
+    const float s = factor * scales[i / chunk];
+    sum[i] += ((bits[i / 8] >> (i % 8)) & 1) ? s : -s;
+  }
+}
+
 }  // namespace
 
-int SignPack(const float* x, size_t n, uint64_t seed, uint8_t* out, void* stream) {
+absl::Status SignPack(const float* x, size_t n, uint64_t seed, uint8_t* out, void* stream) {
   const size_t bytes = PackedBytes(n, 1);
-  if (bytes == 0) return 0;
+  if (bytes == 0) return absl::OkStatus();
   SignPackKernel<<<GridFor(bytes, 256), 256, 0, AsStream(stream)>>>(x, n, seed, out, bytes);
-  return LastError();
+  return Launched(__func__);
 }
 
-int MeanAbsChunks(const float* x, size_t n, size_t chunk, float* scale, void* stream) {
-  if (chunk == 0) return static_cast<int>(cudaErrorInvalidValue);
-  if (n == 0) return 0;
+absl::Status MeanAbsChunks(const float* x, size_t n, size_t chunk, float* scale, void* stream) {
+  if (chunk == 0) return Invalid(__func__);
+  if (n == 0) return absl::OkStatus();
   MeanAbsKernel<<<static_cast<unsigned>((n + chunk - 1) / chunk), kLanes, 0, AsStream(stream)>>>(x, n, chunk, scale);
-  return LastError();
+  return Launched(__func__);
 }
 
-int VoteAccumulate(const uint8_t* bits, size_t n, int32_t* counts, void* stream) {
-  if (n == 0) return 0;
+absl::Status VoteAccumulate(const uint8_t* bits, size_t n, int32_t* counts, void* stream) {
+  if (n == 0) return absl::OkStatus();
   VoteAccumulateKernel<<<GridFor(n, 256), 256, 0, AsStream(stream)>>>(bits, n, counts);
-  return LastError();
+  return Launched(__func__);
 }
 
-int VoteSign(const int32_t* counts, size_t n, float* out, void* stream) {
-  if (n == 0) return 0;
+absl::Status VoteSign(const int32_t* counts, size_t n, float* out, void* stream) {
+  if (n == 0) return absl::OkStatus();
   VoteSignKernel<<<GridFor(n, 256), 256, 0, AsStream(stream)>>>(counts, n, out);
-  return LastError();
+  return Launched(__func__);
+}
+
+absl::Status SignAccumulateChunks(const uint8_t* bits, const float* scales, size_t n, size_t chunk, float factor,
+                                  float* sum, void* stream) {
+  if (chunk == 0) return Invalid(__func__);
+  if (n == 0) return absl::OkStatus();
+  SignAccumulateKernel<<<GridFor(n, 256), 256, 0, AsStream(stream)>>>(bits, scales, n, chunk, factor, sum);
+  return Launched(__func__);
 }
 
 }  // namespace muloco::kernels::cuda

@@ -61,15 +61,49 @@ __global__ void TopKKernel(const float* x, size_t n, size_t chunk, size_t k, uin
   for (int i = threadIdx.x; i < kk; i += blockDim.x) idx_out[c * k + i] = picked[i];
 }
 
+// Entry t of a chunked top-k belongs to chunk t / k (every chunk but the last keeps k).
+__global__ void GatherKernel(const float* x, size_t total, size_t chunk, size_t k, const uint32_t* idx, float* vals) {
+  for (size_t t = blockIdx.x * size_t{blockDim.x} + threadIdx.x; t < total; t += size_t{gridDim.x} * blockDim.x) {
+    vals[t] = x[(t / k) * chunk + idx[t]];
+  }
+}
+
+__global__ void ScatterKernel(const float* vals, size_t total, size_t chunk, size_t k, const uint32_t* idx,
+                              float factor, float* sum) {
+  for (size_t t = blockIdx.x * size_t{blockDim.x} + threadIdx.x; t < total; t += size_t{gridDim.x} * blockDim.x) {
+    sum[(t / k) * chunk + idx[t]] += factor * vals[t];
+  }
+}
+
+size_t KeptTotal(size_t n, size_t chunk, size_t k) { return (n / chunk) * k + (n % chunk < k ? n % chunk : k); }
+
 }  // namespace
 
-int TopKChunks(const float* x, size_t n, size_t chunk, size_t k, uint32_t* idx, void* stream) {
+absl::Status TopKChunks(const float* x, size_t n, size_t chunk, size_t k, uint32_t* idx, void* stream) {
   if (chunk == 0 || chunk > kMaxChunk || (chunk & (chunk - 1)) || k > chunk) {
-    return static_cast<int>(cudaErrorInvalidValue);
+    return Invalid(__func__);
   }
-  if (n == 0 || k == 0) return 0;
+  if (n == 0 || k == 0) return absl::OkStatus();
   TopKKernel<<<static_cast<unsigned>((n + chunk - 1) / chunk), kThreads, 0, AsStream(stream)>>>(x, n, chunk, k, idx);
-  return LastError();
+  return Launched(__func__);
+}
+
+absl::Status GatherChunks(const float* x, size_t n, size_t chunk, size_t k, const uint32_t* idx, float* vals,
+                          void* stream) {
+  if (chunk == 0 || k == 0 || k > chunk) return Invalid(__func__);
+  const size_t total = KeptTotal(n, chunk, k);
+  if (total == 0) return absl::OkStatus();
+  GatherKernel<<<GridFor(total, 256), 256, 0, AsStream(stream)>>>(x, total, chunk, k, idx, vals);
+  return Launched(__func__);
+}
+
+absl::Status ScatterAccumulateChunks(const float* vals, size_t n, size_t chunk, size_t k, const uint32_t* idx,
+                                     float factor, float* sum, void* stream) {
+  if (chunk == 0 || k == 0 || k > chunk) return Invalid(__func__);
+  const size_t total = KeptTotal(n, chunk, k);
+  if (total == 0) return absl::OkStatus();
+  ScatterKernel<<<GridFor(total, 256), 256, 0, AsStream(stream)>>>(vals, total, chunk, k, idx, factor, sum);
+  return Launched(__func__);
 }
 
 }  // namespace muloco::kernels::cuda

@@ -66,12 +66,12 @@ TEST_F(Cuda, GaussianQuantizerMatchesCpu) {
       }
       Dev<float> dx(x), dlut(chunks * nb);
       Dev<uint8_t> dcodes(n);
-      ASSERT_EQ(cuda::GaussianQuantizeChunks(dx.p, n, kChunk, bits, dlut.p, dcodes.p, nullptr), 0);
+      ASSERT_TRUE(cuda::GaussianQuantizeChunks(dx.p, n, kChunk, bits, dlut.p, dcodes.p, nullptr).ok());
       EXPECT_EQ(dcodes.Get(), codes) << n << " " << bits;
       EXPECT_EQ(0, std::memcmp(dlut.Get().data(), lut.data(), lut.size() * 4)) << n << " " << bits;
     }
   }
-  EXPECT_NE(cuda::GaussianQuantizeChunks(nullptr, 10, 256, 8, nullptr, nullptr, nullptr), 0);
+  EXPECT_FALSE(cuda::GaussianQuantizeChunks(nullptr, 10, 256, 8, nullptr, nullptr, nullptr).ok());
 }
 
 TEST_F(Cuda, QuantizersMatchCpu) {
@@ -88,8 +88,8 @@ TEST_F(Cuda, QuantizersMatchCpu) {
       }
       Dev<float> dx(x), dlut(chunks * nb), dlo(chunks), dstep(chunks);
       Dev<uint8_t> dcodes(n), dlcodes(n);
-      ASSERT_EQ(cuda::StatQuantizeChunks(dx.p, n, kChunk, bits, dlut.p, dcodes.p, nullptr), 0);
-      ASSERT_EQ(cuda::LinearQuantizeChunks(dx.p, n, kChunk, bits, dlo.p, dstep.p, dlcodes.p, nullptr), 0);
+      ASSERT_TRUE(cuda::StatQuantizeChunks(dx.p, n, kChunk, bits, dlut.p, dcodes.p, nullptr).ok());
+      ASSERT_TRUE(cuda::LinearQuantizeChunks(dx.p, n, kChunk, bits, dlo.p, dstep.p, dlcodes.p, nullptr).ok());
       EXPECT_EQ(dcodes.Get(), codes) << n << " " << bits;
       EXPECT_EQ(0, std::memcmp(dlut.Get().data(), lut.data(), lut.size() * 4)) << n << " " << bits;
       EXPECT_EQ(dlcodes.Get(), lcodes);
@@ -102,14 +102,14 @@ TEST_F(Cuda, QuantizersMatchCpu) {
         cpu::DequantizeAccumulate(lut.data() + c * nb, codes.data() + c * kChunk, len, sum.data() + c * kChunk);
       }
       Dev<float> dsum(dsum_init);
-      ASSERT_EQ(cuda::DequantizeAccumulateChunks(dlut.p, dcodes.p, n, kChunk, bits, dsum.p, nullptr), 0);
+      ASSERT_TRUE(cuda::DequantizeAccumulateChunks(dlut.p, dcodes.p, n, kChunk, bits, 1.0f, dsum.p, nullptr).ok());
       EXPECT_EQ(dsum.Get(), sum);
       // Packing.
       std::vector<uint8_t> packed(PackedBytes(n, bits));
       cpu::PackCodes(codes.data(), n, bits, packed.data());
       Dev<uint8_t> dpacked(packed.size()), dunpacked(n);
-      ASSERT_EQ(cuda::PackCodes(dcodes.p, n, bits, dpacked.p, nullptr), 0);
-      ASSERT_EQ(cuda::UnpackCodes(dpacked.p, n, bits, dunpacked.p, nullptr), 0);
+      ASSERT_TRUE(cuda::PackCodes(dcodes.p, n, bits, dpacked.p, nullptr).ok());
+      ASSERT_TRUE(cuda::UnpackCodes(dpacked.p, n, bits, dunpacked.p, nullptr).ok());
       EXPECT_EQ(dpacked.Get(), packed);
       EXPECT_EQ(dunpacked.Get(), codes);
     }
@@ -131,7 +131,7 @@ TEST_F(Cuda, TopKMatchesCpu) {
       }
       Dev<float> dx(x);
       Dev<uint32_t> didx(idx.size());
-      ASSERT_EQ(cuda::TopKChunks(dx.p, n, chunk, k, didx.p, nullptr), 0);
+      ASSERT_TRUE(cuda::TopKChunks(dx.p, n, chunk, k, didx.p, nullptr).ok());
       EXPECT_EQ(didx.Get(), idx) << n << " " << chunk;
     }
   }
@@ -156,11 +156,11 @@ TEST_F(Cuda, SignsVotesAndErrorFeedbackMatchCpu) {
     Dev<float> dx(x), dscale(chunks), dvote(n), de(e_gpu), dd(d);
     Dev<uint8_t> dbits(bits.size());
     Dev<int32_t> dcounts(std::vector<int32_t>(n, 1));
-    ASSERT_EQ(cuda::SignPack(dx.p, n, n * 31, dbits.p, nullptr), 0);
-    ASSERT_EQ(cuda::MeanAbsChunks(dx.p, n, kChunk, dscale.p, nullptr), 0);
-    ASSERT_EQ(cuda::VoteAccumulate(dbits.p, n, dcounts.p, nullptr), 0);
-    ASSERT_EQ(cuda::VoteSign(dcounts.p, n, dvote.p, nullptr), 0);
-    ASSERT_EQ(cuda::EfUpdate(de.p, dd.p, n, 0.9f, nullptr), 0);
+    ASSERT_TRUE(cuda::SignPack(dx.p, n, n * 31, dbits.p, nullptr).ok());
+    ASSERT_TRUE(cuda::MeanAbsChunks(dx.p, n, kChunk, dscale.p, nullptr).ok());
+    ASSERT_TRUE(cuda::VoteAccumulate(dbits.p, n, dcounts.p, nullptr).ok());
+    ASSERT_TRUE(cuda::VoteSign(dcounts.p, n, dvote.p, nullptr).ok());
+    ASSERT_TRUE(cuda::EfUpdate(de.p, dd.p, n, 0.9f, nullptr).ok());
     EXPECT_EQ(dbits.Get(), bits);
     EXPECT_EQ(dscale.Get(), scale);
     EXPECT_EQ(dcounts.Get(), counts);
@@ -170,9 +170,9 @@ TEST_F(Cuda, SignsVotesAndErrorFeedbackMatchCpu) {
 }
 
 TEST_F(Cuda, PreconditionsAreErrorsNotCrashes) {
-  EXPECT_NE(cuda::StatQuantizeChunks(nullptr, 10, 256, 3, nullptr, nullptr, nullptr), 0);
-  EXPECT_NE(cuda::TopKChunks(nullptr, 10, 8192, 4, nullptr, nullptr), 0);
-  EXPECT_NE(cuda::TopKChunks(nullptr, 10, 100, 4, nullptr, nullptr), 0);
+  EXPECT_FALSE(cuda::StatQuantizeChunks(nullptr, 10, 256, 3, nullptr, nullptr, nullptr).ok());
+  EXPECT_FALSE(cuda::TopKChunks(nullptr, 10, 8192, 4, nullptr, nullptr).ok());
+  EXPECT_FALSE(cuda::TopKChunks(nullptr, 10, 100, 4, nullptr, nullptr).ok());
 }
 
 }  // namespace
