@@ -221,15 +221,16 @@ absl::StatusOr<std::string> Compress(CodecBackend& backend, const std::vector<Se
     for (size_t i = first; i < last; ++i) {
       const uint64_t at = elements_at[i];
       const Segment& s = segments[i];
-      failed[i] = FindScheme(s.scheme)->encode(backend, s, delta ? delta + at : nullptr, beta, ef + at, data_at[i],
+      failed[i] = FindScheme(s.scheme)->encode(backend, s, delta ? delta + at : nullptr, beta, ef + at, h, data_at[i],
                                                tie_seed + at);
       if (!failed[i].ok()) return;
     }
   });
+  absl::Status ended = backend.EndBody(h);  // also on failure: nothing may still write ef afterwards
   for (const absl::Status& st : failed) {
     if (!st.ok()) return st;
   }
-  if (absl::Status st = backend.EndBody(); !st.ok()) return st;
+  if (!ended.ok()) return ended;
   for (size_t i = 0; i < segments.size(); ++i) {
     const Segment& s = segments[i];
     char* e = h + kPayloadHeaderBytes + i * kSegmentEntryBytes;

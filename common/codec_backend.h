@@ -30,12 +30,13 @@ class CodecBackend {
   // Backend memory for the encoder's temporaries: one buffer per slot (and per calling
   // thread on the CPU), grown as needed, valid until the next call for the same slot.
   virtual absl::StatusOr<void*> Scratch(int slot, size_t bytes) = 0;
-  // A payload body of `bytes` bytes at `out` (host) is being written: Emit copies `bytes`
-  // bytes of backend memory to out + offset (any alignment); EndBody returns once every
-  // Emit has landed. The CPU backend's Emit may run on several threads at once.
+  // A payload of `bytes` bytes at `out` (host memory) is being written: Emit copies `bytes`
+  // bytes of backend memory to out + offset (any alignment); EndBody returns once every Emit
+  // has landed in out. The CPU backend keeps no state between these calls, so payloads may
+  // be encoded on several threads at once; a CUDA backend stages one payload at a time.
   virtual absl::Status BeginBody(char* out, size_t bytes) = 0;
-  virtual absl::Status Emit(size_t offset, const void* src, size_t bytes) = 0;
-  virtual absl::Status EndBody() = 0;
+  virtual absl::Status Emit(char* out, size_t offset, const void* src, size_t bytes) = 0;
+  virtual absl::Status EndBody(char* out) = 0;
 
   // e <- beta * e + delta.
   virtual absl::Status EfUpdate(float* e, const float* delta, size_t n, float beta) = 0;

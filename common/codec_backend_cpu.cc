@@ -30,15 +30,12 @@ class Cpu final : public CodecBackend {
     if (s.size() * 8 < bytes) s.resize((bytes + 7) / 8);
     return static_cast<void*>(s.data());
   }
-  absl::Status BeginBody(char* out, size_t bytes) override {
-    out_ = out;
+  absl::Status BeginBody(char*, size_t) override { return absl::OkStatus(); }
+  absl::Status Emit(char* out, size_t offset, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(out + offset, src, bytes);
     return absl::OkStatus();
   }
-  absl::Status Emit(size_t offset, const void* src, size_t bytes) override {
-    if (bytes) std::memcpy(out_ + offset, src, bytes);
-    return absl::OkStatus();
-  }
-  absl::Status EndBody() override { return absl::OkStatus(); }
+  absl::Status EndBody(char*) override { return absl::OkStatus(); }
 
   absl::Status EfUpdate(float* e, const float* delta, size_t n, float beta) override {
     kc::EfUpdate(e, delta, n, beta);
@@ -127,9 +124,6 @@ class Cpu final : public CodecBackend {
     }
     return absl::OkStatus();
   }
-
- private:
-  char* out_ = nullptr;
 };
 
 }  // namespace

@@ -37,6 +37,8 @@ constexpr int kLoSlot = 1000, kStepSlot = 1001;
 class Cuda final : public CodecBackend {
  public:
   Cuda(int device, cudaStream_t stream, bool own) : device_(device), stream_(stream), own_stream_(own) {}
+  Cuda(const Cuda&) = delete;
+  Cuda& operator=(const Cuda&) = delete;
   ~Cuda() override {
     cudaSetDevice(device_);
     cudaStreamSynchronize(stream_);
@@ -71,18 +73,18 @@ class Cuda final : public CodecBackend {
       if (absl::Status s = Check(cudaMallocHost(&pinned_, bytes), "cudaMallocHost"); !s.ok()) return s;
       pinned_bytes_ = bytes;
     }
-    out_ = out;
     body_bytes_ = bytes;
     return absl::OkStatus();
   }
-  absl::Status Emit(size_t offset, const void* src, size_t bytes) override {
+  absl::Status Emit(char*, size_t offset, const void* src, size_t bytes) override {
     if (bytes == 0) return absl::OkStatus();
+    if (offset > body_bytes_ || bytes > body_bytes_ - offset) return absl::InternalError("codec: emit past the payload");
     return Check(cudaMemcpyAsync(static_cast<char*>(pinned_) + offset, src, bytes, cudaMemcpyDeviceToHost, stream_),
                  "copy to host");
   }
-  absl::Status EndBody() override {
+  absl::Status EndBody(char* out) override {
     if (absl::Status s = Check(cudaStreamSynchronize(stream_), "synchronize"); !s.ok()) return s;
-    std::memcpy(out_, pinned_, body_bytes_);  // the header part is rewritten by the codec
+    std::memcpy(out, pinned_, body_bytes_);  // the header part is rewritten by the codec
     return absl::OkStatus();
   }
 
@@ -154,7 +156,6 @@ class Cuda final : public CodecBackend {
   std::map<int, std::pair<void*, size_t>> scratch_;  // slot -> (device buffer, bytes)
   void* pinned_ = nullptr;
   size_t pinned_bytes_ = 0;
-  char* out_ = nullptr;
   size_t body_bytes_ = 0;
 };
 

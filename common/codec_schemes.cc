@@ -72,9 +72,10 @@ absl::Status CheckDense(const Segment& s, int bits) {
   return absl::OkStatus();
 }
 
-absl::Status EncodeFp32(CodecBackend& b, const Segment& s, const float* delta, float beta, float* e, size_t at, uint64_t) {
+absl::Status EncodeFp32(CodecBackend& b, const Segment& s, const float* delta, float beta, float* e, char* out,
+                        size_t at, uint64_t) {
   if (delta) MULOCO_TRY(b.EfUpdate(e, delta, s.numel, beta));
-  MULOCO_TRY(b.Emit(at, e, s.numel * 4));
+  MULOCO_TRY(b.Emit(out, at, e, s.numel * 4));
   return b.Zero(e, s.numel);  // e - e
 }
 absl::Status DecodeFp32(const Segment& s, const char* d, float* sum) {
@@ -83,11 +84,12 @@ absl::Status DecodeFp32(const Segment& s, const char* d, float* sum) {
   return absl::OkStatus();
 }
 
-absl::Status EncodeBf16(CodecBackend& b, const Segment& s, const float* delta, float beta, float* e, size_t at, uint64_t) {
-  MULOCO_SCRATCH(out, uint16_t, kPackedSlot, s.numel);
+absl::Status EncodeBf16(CodecBackend& b, const Segment& s, const float* delta, float beta, float* e, char* out,
+                        size_t at, uint64_t) {
+  MULOCO_SCRATCH(half, uint16_t, kPackedSlot, s.numel);
   if (delta) MULOCO_TRY(b.EfUpdate(e, delta, s.numel, beta));
-  MULOCO_TRY(b.Bf16Encode(e, s.numel, out));
-  return b.Emit(at, out, s.numel * 2);
+  MULOCO_TRY(b.Bf16Encode(e, s.numel, half));
+  return b.Emit(out, at, half, s.numel * 2);
 }
 absl::Status DecodeBf16(const Segment& s, const char* d, float* sum) {
   thread_local std::vector<uint16_t> h;
@@ -123,8 +125,8 @@ absl::Status CheckQuant(const Segment& s) {
 }
 uint64_t QuantBytes(const Segment& s) { return MetaFloats(s) * 4 + kernels::PackedBytes(s.numel, s.bits); }
 
-absl::Status EncodeQuant(CodecBackend& b, const Segment& s, const float* delta, float beta, float* e, size_t at,
-                         uint64_t) {
+absl::Status EncodeQuant(CodecBackend& b, const Segment& s, const float* delta, float beta, float* e, char* out,
+                         size_t at, uint64_t) {
   const Quantizer q = QuantizerOf(s.scheme);
   const uint64_t per = s.scheme == Scheme::kLinear ? 2 : kernels::NumBins(s.bits), span = SpanOf(b, s);
   const size_t code_at = at + MetaFloats(s) * 4;
@@ -136,8 +138,8 @@ absl::Status EncodeQuant(CodecBackend& b, const Segment& s, const float* delta, 
     if (delta) MULOCO_TRY(b.EfUpdate(e + off, delta + off, len, beta));
     MULOCO_TRY(b.Quantize(q, e + off, len, s.chunk, s.bits, meta, codes));
     MULOCO_TRY(b.PackCodes(codes, len, s.bits, bits));
-    MULOCO_TRY(b.Emit(at + off / s.chunk * per * 4, meta, nc * per * 4));
-    MULOCO_TRY(b.Emit(code_at + off * s.bits / 8, bits, kernels::PackedBytes(len, s.bits)));
+    MULOCO_TRY(b.Emit(out, at + off / s.chunk * per * 4, meta, nc * per * 4));
+    MULOCO_TRY(b.Emit(out, code_at + off * s.bits / 8, bits, kernels::PackedBytes(len, s.bits)));
     MULOCO_TRY(b.Dequantize(q, meta, codes, len, s.chunk, s.bits, -1.0f, e + off));  // e -= decoded
   }
   return absl::OkStatus();
@@ -184,7 +186,8 @@ uint64_t TopKBytes(const Segment& s) {
   return kernels::PackedBytes(total, Log2(s.chunk)) + values;
 }
 
-absl::Status EncodeTopK(CodecBackend& b, const Segment& s, const float* delta, float beta, float* e, size_t at, uint64_t) {
+absl::Status EncodeTopK(CodecBackend& b, const Segment& s, const float* delta, float beta, float* e, char* out,
+                        size_t at, uint64_t) {
   const uint64_t n = s.numel, total = TotalK(s), idx_bytes = kernels::PackedBytes(total, Log2(s.chunk));
   if (!b.SupportsTopKChunk(s.chunk)) {
     return absl::UnimplementedError(absl::StrCat(b.Name(), " backend: no top-k over chunks of ", s.chunk));
@@ -197,8 +200,8 @@ absl::Status EncodeTopK(CodecBackend& b, const Segment& s, const float* delta, f
   MULOCO_TRY(b.Gather(e, n, s.chunk, s.k, idx, vals));
   MULOCO_TRY(b.PackIndices(idx, total, Log2(s.chunk), idx_packed));
   if (s.bits == 32) {
-    MULOCO_TRY(b.Emit(at, idx_packed, idx_bytes));
-    MULOCO_TRY(b.Emit(at + idx_bytes, vals, total * 4));
+    MULOCO_TRY(b.Emit(out, at, idx_packed, idx_bytes));
+    MULOCO_TRY(b.Emit(out, at + idx_bytes, vals, total * 4));
     return b.Scatter(vals, n, s.chunk, s.k, idx, -1.0f, e);  // e -= kept values
   }
   const uint64_t nbins = kernels::NumBins(s.bits), packed = kernels::PackedBytes(total, s.bits);
@@ -210,9 +213,9 @@ absl::Status EncodeTopK(CodecBackend& b, const Segment& s, const float* delta, f
   // as the quantizer's flat case gives).
   MULOCO_TRY(total ? b.Quantize(Quantizer::kStat, vals, total, total, s.bits, lut, codes) : b.Zero(lut, nbins));
   MULOCO_TRY(b.PackCodes(codes, total, s.bits, bits));
-  MULOCO_TRY(b.Emit(at, lut, nbins * 4));
-  MULOCO_TRY(b.Emit(at + nbins * 4, idx_packed, idx_bytes));
-  MULOCO_TRY(b.Emit(at + nbins * 4 + idx_bytes, bits, packed));
+  MULOCO_TRY(b.Emit(out, at, lut, nbins * 4));
+  MULOCO_TRY(b.Emit(out, at + nbins * 4, idx_packed, idx_bytes));
+  MULOCO_TRY(b.Emit(out, at + nbins * 4 + idx_bytes, bits, packed));
   MULOCO_TRY(b.Lookup(lut, codes, total, decoded));
   return b.Scatter(decoded, n, s.chunk, s.k, idx, -1.0f, e);  // e -= decoded values
 }
@@ -263,8 +266,8 @@ absl::Status CheckSign(const Segment& s) {
 }
 uint64_t SignBytes(const Segment& s) { return NumChunks(s) * 4 + kernels::PackedBytes(s.numel, 1); }
 
-absl::Status EncodeSign(CodecBackend& b, const Segment& s, const float* delta, float beta, float* e, size_t at,
-                        uint64_t tie_seed) {
+absl::Status EncodeSign(CodecBackend& b, const Segment& s, const float* delta, float beta, float* e, char* out,
+                        size_t at, uint64_t tie_seed) {
   const uint64_t span = SpanOf(b, s);
   const size_t bits_at = at + NumChunks(s) * 4;
   MULOCO_SCRATCH(scales, float, kMetaSlot, span / s.chunk + 1);
@@ -274,8 +277,8 @@ absl::Status EncodeSign(CodecBackend& b, const Segment& s, const float* delta, f
     if (delta) MULOCO_TRY(b.EfUpdate(e + off, delta + off, len, beta));
     MULOCO_TRY(b.MeanAbs(e + off, len, s.chunk, scales));
     MULOCO_TRY(b.SignPack(e + off, len, tie_seed + off, bits));
-    MULOCO_TRY(b.Emit(at + off / s.chunk * 4, scales, nc * 4));
-    MULOCO_TRY(b.Emit(bits_at + off / 8, bits, kernels::PackedBytes(len, 1)));
+    MULOCO_TRY(b.Emit(out, at + off / s.chunk * 4, scales, nc * 4));
+    MULOCO_TRY(b.Emit(out, bits_at + off / 8, bits, kernels::PackedBytes(len, 1)));
     MULOCO_TRY(b.SignAccumulate(bits, scales, len, s.chunk, -1.0f, e + off));  // e -= decoded
   }
   return absl::OkStatus();

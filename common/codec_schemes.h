@@ -24,11 +24,11 @@ struct SchemeOps {
   void (*plan)(const CodecConfig& c, Segment& s);
   // The config's keys after "name:" in its canonical spec ("" when none).
   std::string (*spec)(const CodecConfig& c);
-  // e <- beta * e + delta (delta null: no update), then writes the encoding of e at body
-  // offset `at` through b.Emit and leaves e - decode(encoding) in e; e and delta are
-  // backend memory. Zero elements of sign segments take coins TieBit(tie_seed + i).
-  absl::Status (*encode)(CodecBackend& b, const Segment& s, const float* delta, float beta, float* e, size_t at,
-                         uint64_t tie_seed);
+  // e <- beta * e + delta (delta null: no update), then writes the encoding of e at offset
+  // `at` of the payload `out` through b.Emit and leaves e - decode(encoding) in e; e and
+  // delta are backend memory. Zero elements of sign segments take coins TieBit(tie_seed + i).
+  absl::Status (*encode)(CodecBackend& b, const Segment& s, const float* delta, float beta, float* e, char* out,
+                         size_t at, uint64_t tie_seed);
   // sum == nullptr: validates d (every value and table entry finite and within
   // kMaxAbsValue, indices in range and ascending). Otherwise sum[i] += decoded[i], with
   // REQUIRES: d passed validation.

@@ -129,6 +129,8 @@ void LinearQuantize(const float* x, size_t n, int bits, float* lo_out, float* st
     lo = std::min(lo, x[i]);
     hi = std::max(hi, x[i]);
   }
+  lo += 0.0f;  // -0 -> +0, so that which of two equal zeros came first does not matter (CUDA)
+  hi += 0.0f;
   const float step = (hi - lo) / static_cast<float>(nbins - 1);
   *lo_out = lo;
   *step_out = step;

@@ -138,8 +138,8 @@ __global__ void LinearQuantizeKernel(const float* x, size_t n, size_t chunk, int
     }
   }
   __syncthreads();
-  lo = lo_s[0];
-  hi = hi_s[0];
+  lo = lo_s[0] + 0.0f;  // -0 -> +0: the order of equal zeros must not matter (cpu/quantize.cc)
+  hi = hi_s[0] + 0.0f;
   const float step = (hi - lo) / static_cast<float>(nbins - 1);
   if (t == 0) {
     lo_all[c] = lo;

@@ -40,6 +40,7 @@ struct Device {
   explicit Device(const std::vector<float>& h) {
     EXPECT_EQ(cudaMalloc(&p, h.size() * 4 + 4), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(p, h.data(), h.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the backend's own stream does not wait for this copy
   }
   ~Device() { cudaFree(p); }
   std::vector<float> Get(size_t n) const {
