@@ -1,8 +1,11 @@
 // Muon's cost, in one run: a whole inner step of the demo model with Muon + AdamW next to
 // AdamW alone (Muon's share of a step), and Newton–Schulz on each hidden-matrix shape next
 // to the same matmuls issued directly (NS's overhead over its arithmetic).
-// Usage: muon_speed [--steps=20] [--threads=1]
+// Usage: muon_speed [--steps=20] [--threads=1] [--device=cuda]
+// --device=cuda: Newton–Schulz alone on a GPU (bf16, as Muon runs it there) on the hidden-matrix
+// shapes of GPT-2 small and a 1B model, next to the same matmuls.
 #include <ATen/Parallel.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -10,6 +13,8 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/model_layout.h"
 #include "common/run_config.h"
@@ -22,12 +27,16 @@ using namespace muloco;
 
 namespace {
 
+bool cuda = false;  // --device=cuda: wait for the GPU around each timed op
+
 double BestMs(int reps, const std::function<void()>& op) {
   op();  // warm up
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
+    if (cuda) torch::cuda::synchronize();
     const auto t0 = std::chrono::steady_clock::now();
     op();
+    if (cuda) torch::cuda::synchronize();
     best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
@@ -44,6 +53,28 @@ double StepMs(const std::string& optimizer, const Corpus& corpus, int steps) {
   return BestMs(steps, [&] { t.InnerStep(step++); });
 }
 
+// Newton–Schulz (5 steps) on each shape next to the same 15 matmuls issued directly.
+void NewtonSchulzTable(const std::vector<std::pair<int64_t, int64_t>>& shapes, torch::Device device) {
+  std::printf("%-12s %12s %18s %8s   (%s)\n", "shape", "NS 5 steps", "same matmuls", "ratio", device.str().c_str());
+  const std::array<double, 3> coeffs = kernels::kNewtonSchulzCoeffs;
+  // NewtonSchulz works in bf16 on a GPU: the reference matmuls do too.
+  const auto opts = torch::TensorOptions(device.is_cuda() ? torch::kBFloat16 : torch::kFloat32).device(device);
+  for (auto [r, k] : shapes) {
+    torch::Tensor g = torch::randn({r, k}, torch::TensorOptions(torch::kFloat32).device(device));
+    const double ns = BestMs(5, [&] { NewtonSchulz(g, 5, coeffs); });
+    const int64_t m = std::min(r, k), w = std::max(r, k);
+    torch::Tensor x = torch::randn({m, w}, opts), a = torch::randn({m, m}, opts);
+    const double mm = BestMs(5, [&] {
+      for (int i = 0; i < 5; ++i) {
+        torch::matmul(x, x.t());
+        torch::matmul(a, a);
+        torch::matmul(a, x);
+      }
+    });
+    std::printf("%4ldx%-7ld %10.3f ms %15.3f ms %8.2f\n", static_cast<long>(r), static_cast<long>(k), ns, mm, ns / mm);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -51,6 +82,16 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strncmp(argv[i], "--steps=", 8)) steps = std::atoi(argv[i] + 8);
     if (!std::strncmp(argv[i], "--threads=", 10)) threads = std::atoi(argv[i] + 10);
+    if (!std::strcmp(argv[i], "--device=cuda")) cuda = true;
+  }
+  if (cuda) {
+    if (!torch::cuda::is_available()) {
+      std::fprintf(stderr, "muon_speed: --device=cuda: this LibTorch sees no GPU\n");
+      return 2;
+    }
+    NewtonSchulzTable({{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}, {2048, 8192}, {8192, 2048}},
+                      torch::Device(torch::kCUDA));
+    return 0;
   }
   at::set_num_threads(threads);
   const v1::RunConfig c = *PresetConfig("muloco");
@@ -78,20 +119,6 @@ int main(int argc, char** argv) {
   std::printf("Muon::Step alone (%zu matrices): %.2f ms = %.1f%% of a Muon + AdamW step\n\n", mats.size(), muon_step,
               100.0 * muon_step / muon);
 
-  std::printf("%-12s %12s %18s %8s\n", "shape", "NS 5 steps", "same matmuls", "ratio");
-  const std::array<double, 3> coeffs = kernels::kNewtonSchulzCoeffs;
-  for (auto [r, k] : {std::pair<int64_t, int64_t>{64, 192}, {64, 64}, {64, 256}, {256, 1024}}) {
-    torch::Tensor g = torch::randn({r, k});
-    const double ns = BestMs(5, [&] { NewtonSchulz(g, 5, coeffs); });
-    torch::Tensor x = torch::randn({r, k}), a = torch::randn({r, r});
-    const double mm = BestMs(5, [&] {
-      for (int i = 0; i < 5; ++i) {
-        torch::matmul(x, x.t());
-        torch::matmul(a, a);
-        torch::matmul(a, x);
-      }
-    });
-    std::printf("%4ldx%-7ld %10.3f ms %15.3f ms %8.2f\n", static_cast<long>(r), static_cast<long>(k), ns, mm, ns / mm);
-  }
+  NewtonSchulzTable({{64, 192}, {64, 64}, {64, 256}, {256, 1024}}, torch::kCPU);
   return 0;
 }

@@ -9,6 +9,10 @@ on 2-D tensors, 0 on LayerNorm gains and biases), gradient clipping at 1.0, warm
 learning rate. Batches are random byte windows of the same corpus (Debian's fortunes).
 
     /usr/bin/python3 bench/torch_eager_gpt.py [--steps 30] [--threads 1]
+    python3 bench/torch_eager_gpt.py --device cuda --dtype bf16 --n_layer 12 --d_model 768 ...
+
+(--device cuda: on a GPU, e.g. by tests/gpu/run.sh beside train_speed --device=cuda; --dtype
+bf16 autocasts forward and backward as muloco-worker --dtype=bf16 does.)
 
 Prints human-readable lines and `torch_<name> <value>` lines for scripts. Run it with
 Debian's interpreter (/usr/bin/python3, package python3-torch).
@@ -109,35 +113,45 @@ def load_train_bytes(path):
 
 
 def main():
+    global N_LAYER, N_HEAD, D_MODEL, CONTEXT, BATCH
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=30, help="timed inner steps")
     ap.add_argument("--warmup", type=int, default=3, help="untimed inner steps before timing")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     ap.add_argument("--data", default="/usr/share/games/fortunes", help="corpus directory or text file")
     ap.add_argument("--seed", type=int, default=1, help="batch sampling seed")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="bf16: autocast forward/backward")
+    for name, default in (("n_layer", N_LAYER), ("n_head", N_HEAD), ("d_model", D_MODEL), ("context", CONTEXT),
+                          ("batch_size", BATCH)):
+        ap.add_argument(f"--{name}", type=int, default=default, help="model shape (default: the demo's)")
     args = ap.parse_args()
+    N_LAYER, N_HEAD, D_MODEL, CONTEXT, BATCH = args.n_layer, args.n_head, args.d_model, args.context, args.batch_size
+    device = torch.device(args.device)
     if args.steps < 1 or args.warmup < 0 or args.threads < 1:
         ap.error("--steps and --threads must be >= 1, --warmup >= 0")
     torch.set_num_threads(args.threads)
 
     train, n_files, n_docs = load_train_bytes(args.data)
     torch.manual_seed(INIT_SEED)
-    model = Gpt()
+    model = Gpt().to(device)
+    train = train.to(device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
         lr=LR, betas=BETAS, eps=EPS)
-    gen = torch.Generator().manual_seed(args.seed)
-    window = torch.arange(CONTEXT + 1)
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    window = torch.arange(CONTEXT + 1, device=device)
 
     def inner_step(step):
         for g in opt.param_groups:
             g["lr"] = learning_rate(step)
-        starts = torch.randint(0, train.numel() - CONTEXT, (BATCH,), generator=gen)
+        starts = torch.randint(0, train.numel() - CONTEXT, (BATCH,), generator=gen, device=device)
         batch = train[starts[:, None] + window]
         opt.zero_grad(set_to_none=True)
-        loss = model(batch)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.dtype == "bf16"):
+            loss = model(batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
         opt.step()
@@ -158,7 +172,7 @@ def main():
     n_params = sum(p.numel() for p in model.parameters())
     print(f"torch {torch.__version__}, corpus {args.data} ({n_files} files, {n_docs} documents): "
           f"{train.numel()} train tokens")
-    print(f"params: {n_params}, threads: {torch.get_num_threads()}, warmup steps: {args.warmup}, "
+    print(f"params: {n_params}, device {args.device} {args.dtype}, threads: {torch.get_num_threads()}, warmup steps: {args.warmup}, "
           f"timed steps: {args.steps}")
     print(f"loss: {first_loss:.4f} (first warmup step) -> {last_loss:.4f} (last timed step)")
     print(f"inner loop: {seconds:.3f} s for {tokens} tokens = {tokens / seconds:.0f} tokens/s "

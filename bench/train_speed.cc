@@ -2,7 +2,8 @@
 // backward, clipping, AdamW) for the demo model on the fortunes corpus, and the bytes one
 // worker sends and receives per round. bench/run.sh sets it beside bench/torch_eager_gpt.py.
 //
-//   train_speed [--steps=30] [--threads=1] [--warmup=3] [--data=PATH] [run-config flags]
+//   train_speed [--steps=30] [--threads=1] [--warmup=3] [--data=PATH] [--device=cpu|cuda]
+//               [--dtype=fp32|bf16] [run-config flags]
 //
 // The run-config flags (the server's: --uplink_codec=quant:bits=2, --batch_size, ...) default
 // to DefaultRunConfig(), the demo run.
@@ -23,12 +24,15 @@
 #include "common/run_config.h"
 #include "common/run_config_flags.h"
 #include "worker/data.h"
+#include "worker/device.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(int32_t, steps, 30, "Timed inner steps");
 ABSL_FLAG(int32_t, warmup, 3, "Untimed inner steps before timing");
 ABSL_FLAG(int32_t, threads, 1, "LibTorch intra-op threads");
 ABSL_FLAG(std::string, data, muloco::kDefaultCorpus, "Corpus: a text directory or file, or a .bin token file");
+ABSL_FLAG(std::string, device, "cpu", "cpu, cuda, cuda:N or auto (as muloco-worker --device)");
+ABSL_FLAG(std::string, dtype, "fp32", "fp32, or bf16 autocast on CUDA");
 
 int main(int argc, char** argv) {
   using namespace muloco;
@@ -56,7 +60,12 @@ int main(int argc, char** argv) {
   }
   const ParamLayout layout = GptLayout(spec);
   const size_t n = TotalParams(layout);
-  Trainer trainer(config, &*corpus, config.data_seed());
+  absl::StatusOr<ComputeDevice> device = ResolveDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_dtype), nullptr);
+  if (!device.ok()) {
+    std::fprintf(stderr, "train_speed: %s\n", std::string(device.status().message()).c_str());
+    return 2;
+  }
+  Trainer trainer(config, &*corpus, config.data_seed(), *device);
   trainer.SetParams(InitParams(spec, layout).data());
 
   // Steps count from 0 so the schedule's warmup is exercised exactly as in a real run.
@@ -81,7 +90,8 @@ int main(int argc, char** argv) {
 
   std::printf("model: %s\n", DescribeRunConfig(config).c_str());
   std::printf("corpus: %s\n", corpus->description.c_str());
-  std::printf("params: %zu, threads: %d, warmup steps: %d, timed steps: %d\n", n, threads, warmup, steps);
+  std::printf("params: %zu, device %s, threads: %d, warmup steps: %d, timed steps: %d\n", n, device->Name().c_str(),
+              threads, warmup, steps);
   std::printf("loss: %.4f (first warmup step) -> %.4f (last timed step)\n", first_loss, last_loss);
   std::printf("inner loop: %.3f s for %.0f tokens = %.0f tokens/s (%.2f ms/step)\n", seconds, tokens, tokens_per_s,
               1e3 * seconds / steps);

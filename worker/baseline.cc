@@ -21,8 +21,9 @@ int RunBaseline(const v1::RunConfig& config, const WorkerOptions& o) {
     std::fprintf(stderr, "muloco-worker: data: %s\n", corpus.status().ToString().c_str());
     return 1;
   }
-  Logf("baseline", "%s; data %s", DescribeRunConfig(config).c_str(), corpus->description.c_str());
-  Trainer trainer(config, &*corpus, config.data_seed());
+  Logf("baseline", "%s; data %s; device %s", DescribeRunConfig(config).c_str(), corpus->description.c_str(),
+       o.device.Name().c_str());
+  Trainer trainer(config, &*corpus, config.data_seed(), o.device);
   std::vector<float> params = InitParams(config.model(), GptLayout(config.model()));
   trainer.SetParams(params.data());
   double first_val = -1, last_val = -1;

@@ -9,6 +9,7 @@
 #include "absl/flags/flag.h"
 #include "common/cli.h"
 #include "common/run_config.h"
+#include "common/log.h"
 #include "common/run_config_flags.h"
 #include "worker/baseline.h"
 #include "worker/session.h"
@@ -40,6 +41,9 @@ ABSL_FLAG(bool, baseline, false, "Train alone, without a server, using the run-c
 ABSL_FLAG(bool, overlap, false,
           "Train the next round while the last one is pushed, aggregated and sent back; rebase onto the new "
           "global model when it arrives (hides communication behind compute; not for SignMuon)");
+ABSL_FLAG(std::string, device, "auto",
+          "Where to train and compress: cpu, cuda, cuda:N, or auto (CUDA when usable, else the CPU)");
+ABSL_FLAG(std::string, dtype, "fp32", "Forward/backward precision: fp32, or bf16 (autocast on CUDA; fp32 master weights)");
 ABSL_FLAG(double, progress_s, 30, "Log a progress line this often while a round trains (0: never)");
 
 namespace {
@@ -97,6 +101,14 @@ int main(int argc, char** argv) {
   o.fault_nonfinite_rounds = absl::GetFlag(FLAGS_fault_nonfinite_rounds);
   o.progress_s = absl::GetFlag(FLAGS_progress_s);
   o.overlap = absl::GetFlag(FLAGS_overlap);
+  std::string note;
+  absl::StatusOr<ComputeDevice> device = ResolveDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_dtype), &note);
+  if (!device.ok()) {
+    std::fprintf(stderr, "muloco-worker: %s\n", std::string(device.status().message()).c_str());
+    return 2;
+  }
+  o.device = *device;
+  if (!note.empty()) Logf("worker", "%s", note.c_str());
   if (!absl::GetFlag(FLAGS_baseline)) {
     InstallStopHandlers();
     o.stop_signal = &stop_signal;

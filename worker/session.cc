@@ -97,13 +97,6 @@ class RoundProgress {
   double next_s_ = period_s_;  // seconds after start_ of the next line
 };
 
-// Every value finite and within what a payload may carry.
-bool UsableUpdate(const std::vector<float>& v) {
-  for (float x : v)
-    if (!(std::fabs(x) <= kMaxAbsValue)) return false;
-  return true;
-}
-
 // A pushed round, for its line once it closes.
 struct PushedRound {
   uint64_t round = 0;
@@ -319,8 +312,8 @@ int WorkerSession::Run() {
   absl::StatusOr<Corpus> corpus =
       LoadCorpus(o_.data, o_.val_data, config_.model().vocab_size(), config_.model().context());
   if (!corpus.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat("data: ", corpus.status().message())));
-  Logf(tag_.c_str(), "data %s", corpus->description.c_str());
-  auto trainer = std::make_unique<Trainer>(config_, &*corpus, config_.data_seed() + join_index_);
+  Logf(tag_.c_str(), "data %s; device %s", corpus->description.c_str(), o_.device.Name().c_str());
+  auto trainer = std::make_unique<Trainer>(config_, &*corpus, config_.data_seed() + join_index_, o_.device);
   const ParamLayout layout = GptLayout(config_.model());
   const size_t n = TotalParams(layout);
   const bool signmuon = KindsOf(config_).mode == RunMode::kSignMuon;
@@ -329,7 +322,8 @@ int WorkerSession::Run() {
     LogWarn(tag_.c_str(), "--overlap: SignMuon takes one step per round, nothing to overlap; running without it");
   }
   Uplink uplink(PlanSegments(CodecShapes(layout), *ParseCodec(config_.uplink_codec())), signmuon, config_.ef_beta(), n,
-                config_.data_seed() + join_index_);
+                config_.data_seed() + join_index_, o_.device);
+  if (!uplink.status().ok()) return Fail(uplink.status());
   // Heartbeats for the current id (it changes on a rejoin) with the worker's counters; a
   // failure shows up on the next real call.
   auto heartbeat = std::make_unique<PeriodicThread>(o_.heartbeat_s, [this] {
@@ -344,8 +338,6 @@ int WorkerSession::Run() {
   if (absl::Status s = Resync(); !s.ok()) return Fail(s);
 
   n_ = n;
-  std::vector<float> delta(n), local(n);
-  std::vector<float> at_push(overlap ? n : 0);  // overlap: the parameters the round in flight was pushed from
   const uint64_t tokens_per_step = uint64_t{config_.batch_size()} * config_.model().context();
   tokens_per_round_ = (signmuon ? 1 : config_.inner_steps()) * tokens_per_step;
   uint64_t last_eval = ~uint64_t{0};
@@ -387,10 +379,7 @@ int WorkerSession::Run() {
       done = true;
       return false;
     }
-    trainer->GetParams(local.data());
-    const std::vector<float>& pub = pub_.params();
-    for (size_t i = 0; i < n; ++i) local[i] += pub[i] - at_push[i];
-    trainer->SetParams(local.data());
+    trainer->Rebase(pub_.params().data());
     Logf(tag_.c_str(), "round %llu: rebased onto round %llu's model after %u of %u steps",
          static_cast<unsigned long long>(flying.round + 1), static_cast<unsigned long long>(pub_.round()), steps_done,
          config_.inner_steps());
@@ -429,12 +418,12 @@ int WorkerSession::Run() {
         return !Stopping();
       };
       if (signmuon) {
-        train_loss = trainer->SignDirection(pub_.params().data(), delta.data());
+        train_loss = trainer->SignDirection(pub_.params().data());
         inner_steps_.Observe(Seconds(std::chrono::steady_clock::now() - train_start));
       } else if (continuing) {
         train_loss = trainer->TrainSteps(r * config_.inner_steps(), after_step);
       } else {
-        train_loss = trainer->TrainRound(pub_.params().data(), r * config_.inner_steps(), delta.data(), after_step);
+        train_loss = trainer->TrainRound(pub_.params().data(), r * config_.inner_steps(), after_step);
       }
       train_s = Seconds(std::chrono::steady_clock::now() - train_start);
     }
@@ -443,16 +432,14 @@ int WorkerSession::Run() {
     if (!keep.ok()) return Fail(keep.status());
     if (!*keep || done || r >= config_.total_rounds()) continue;
     train_seconds_ += train_s;
-    if (continuing) {  // rebased: Δ = θ_pub − θ_end
-      trainer->GetParams(local.data());
-      const std::vector<float>& pub = pub_.params();
-      for (size_t i = 0; i < n; ++i) delta[i] = pub[i] - local[i];
-    }
+    if (continuing) trainer->DeltaFrom(pub_.params().data());  // rebased: Δ = θ_pub − θ_end
     if (injected_faults < o_.fault_nonfinite_rounds) {
       ++injected_faults;
-      delta[0] = std::numeric_limits<float>::quiet_NaN();
+      trainer->delta().Set(0, std::numeric_limits<float>::quiet_NaN());
     }
-    if (!UsableUpdate(delta)) {  // never push a non-finite update: start over from the server's model
+    // Never push a non-finite update, or one beyond what a payload may carry: start over from
+    // the server's model.
+    if (!trainer->delta().AllWithin(kMaxAbsValue)) {
       LogWarn(tag_.c_str(),
               "round %llu: the update is non-finite or out of range; resetting the optimizer and resyncing",
               static_cast<unsigned long long>(r));
@@ -460,16 +447,18 @@ int WorkerSession::Run() {
         return Fail(absl::InternalError(absl::StrCat("training gave non-finite or out-of-range updates ", bad_rounds,
                                                      " rounds in a row from the server's model: lower the learning rate")));
       }
-      trainer = std::make_unique<Trainer>(config_, &*corpus, config_.data_seed() + join_index_);
+      trainer = std::make_unique<Trainer>(config_, &*corpus, config_.data_seed() + join_index_, o_.device);
       uplink.Reset();
       if (absl::Status s = Resync(); !s.ok()) return Fail(s);
       continue;
     }
     bad_rounds = 0;
-    std::string payload = uplink.Encode(delta.data(), r);
+    absl::StatusOr<std::string> encoded = uplink.Encode(trainer->delta().data(), r);
+    if (!encoded.ok()) return Fail(encoded.status());  // the device failed mid-run
+    std::string payload = *std::move(encoded);
     const PushedRound pushed{r, payload.size(), train_loss, train_s, signmuon ? 1 : config_.inner_steps()};
     if (overlap) {  // train the next round while this one is pushed, aggregated and sent back
-      trainer->GetParams(at_push.data());
+      trainer->MarkPush();
       flying = pushed;
       in_flight = std::async(std::launch::async, [this, r, payload = std::move(payload), train_loss, &uplink] {
         return Exchange(r, payload, static_cast<float>(train_loss), &uplink);
@@ -580,7 +569,12 @@ int RunWorker(const WorkerOptions& o) {
 }
 
 int RunWorkerOver(const WorkerOptions& o, Transport* transport, const std::string& token) {
-  return WorkerSession(o, transport, token).Run();
+  try {
+    return WorkerSession(o, transport, token).Run();
+  } catch (const std::exception& e) {  // LibTorch reports a failing device (CUDA errors, out of memory) by throwing
+    LogError("worker", "training failed on %s: %s", o.device.Name().c_str(), e.what());
+    return 1;
+  }
 }
 
 }  // namespace muloco

@@ -8,6 +8,7 @@
 
 #include "common/tls.h"
 #include "muloco/v1/muloco.pb.h"
+#include "worker/device.h"
 #include "worker/transport.h"
 
 namespace muloco {
@@ -33,6 +34,7 @@ struct WorkerOptions {
   // the new public model when it arrives (communication hidden behind compute).
   bool overlap = false;
   double progress_s = 30;                  // log a progress line this often while a round trains (0: never)
+  ComputeDevice device;                    // where training, error feedback and the uplink encoder run
   // Set by main's SIGTERM/SIGINT handler to the signal's number (null: never stops). Once
   // nonzero the worker drops the round in progress, sends Leave and exits 0.
   const std::atomic<int>* stop_signal = nullptr;

@@ -3,7 +3,9 @@
 // cosine schedule on both learning rates; gradient-norm clipping.
 #include "worker/trainer.h"
 
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <cstring>
@@ -12,12 +14,50 @@
 #include "common/run_config.h"
 #include "worker/gpt.h"
 #include "worker/muon.h"
+#include "worker/torch_device.h"
 
 namespace muloco {
+namespace {
+
+// Autocast of CUDA ops to bf16 while alive (LibTorch's API moved in 2.4); the cast weights
+// are dropped when it ends, so the next step casts the updated fp32 weights afresh.
+class Bf16Autocast {
+ public:
+  explicit Bf16Autocast(bool on) : on_(on) {
+    if (!on_) return;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+#else
+    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+    at::autocast::set_enabled(true);
+#endif
+  }
+  ~Bf16Autocast() {
+    if (!on_) return;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+#else
+    at::autocast::set_enabled(false);
+#endif
+    at::autocast::clear_cache();
+  }
+
+ private:
+  const bool on_;
+};
+
+// A view of n host floats (no copy), for arithmetic with device tensors after .to(device).
+torch::Tensor HostFlat(const float* p, size_t n) {
+  return torch::from_blob(const_cast<float*>(p), {static_cast<int64_t>(n)}, torch::kFloat32);
+}
+
+}  // namespace
 
 struct Trainer::Impl {
-  Impl(const v1::RunConfig& c, const Corpus* corpus, uint64_t seed)
-      : config(c), corpus(corpus), model(c.model()), rng(seed) {
+  Impl(const v1::RunConfig& c, const Corpus* corpus, uint64_t seed, const ComputeDevice& d)
+      : config(c), corpus(corpus), device(d), model(c.model(), TorchDevice(d)), rng(seed),
+        delta(d, TotalParams(model.layout())) {
     const RunKinds kinds = KindsOf(c);
     const bool use_muon = kinds.inner == InnerOptimizer::kMuon;
     std::vector<torch::Tensor> matrices, decay, no_decay;
@@ -61,13 +101,27 @@ struct Trainer::Impl {
   }
 
   torch::Tensor Batch(const std::vector<int64_t>& tokens) const {
-    return torch::tensor(tokens, torch::kInt64).view({static_cast<int64_t>(config.batch_size()), -1});
+    return torch::tensor(tokens, torch::kInt64).view({static_cast<int64_t>(config.batch_size()), -1}).to(model.device());
   }
+
+  // The parameters as one flat fp32 tensor on the device (a copy).
+  torch::Tensor Flat() const {
+    torch::Tensor flat = torch::empty({static_cast<int64_t>(model.num_params())},
+                                      torch::TensorOptions(torch::kFloat32).device(model.device()));
+    model.StoreFlat(flat);
+    return flat;
+  }
+  // n floats of host memory, on the device (on the CPU: a view, valid while `p` is).
+  torch::Tensor OnDevice(const float* p) const { return HostFlat(p, model.num_params()).to(model.device()); }
 
   // Forward and backward on a fresh batch (gradients clipped); returns the loss.
   double Gradients(const std::vector<int64_t>& tokens) {
     for (torch::Tensor& p : model.params()) p.mutable_grad() = torch::Tensor();
-    torch::Tensor loss = model.Loss(Batch(tokens));
+    torch::Tensor loss;
+    {
+      Bf16Autocast autocast(device.bf16);
+      loss = model.Loss(Batch(tokens));
+    }
     loss.backward();
     if (config.grad_clip() > 0) torch::nn::utils::clip_grad_norm_(model.params(), config.grad_clip());
     return loss.item<double>();
@@ -75,6 +129,7 @@ struct Trainer::Impl {
 
   const v1::RunConfig config;
   const Corpus* corpus;
+  const ComputeDevice device;
   Gpt model;
   std::unique_ptr<torch::optim::AdamW> adamw;  // everything Muon does not take
   std::unique_ptr<Muon> muon;                  // hidden matrices, when inner_optimizer is muon
@@ -85,10 +140,12 @@ struct Trainer::Impl {
   std::mt19937_64 rng;
   std::vector<int64_t> scratch;
   std::vector<torch::Tensor> eval_batches;
+  DeviceFloats delta;   // the last round's pseudo-gradient or SignMuon direction
+  torch::Tensor pushed;  // overlap: the parameters the round in flight was pushed from
 };
 
-Trainer::Trainer(const v1::RunConfig& config, const Corpus* corpus, uint64_t seed)
-    : impl_(std::make_unique<Impl>(config, corpus, seed)) {}
+Trainer::Trainer(const v1::RunConfig& config, const Corpus* corpus, uint64_t seed, const ComputeDevice& device)
+    : impl_(std::make_unique<Impl>(config, corpus, seed, device)) {}
 Trainer::~Trainer() = default;
 
 size_t Trainer::num_params() const { return impl_->model.num_params(); }
@@ -113,7 +170,7 @@ double Trainer::InnerStepOn(const std::vector<int64_t>& tokens, uint64_t step) {
   return loss;
 }
 
-double Trainer::SignDirection(const float* global, float* direction) {
+double Trainer::SignDirection(const float* global) {
   Impl& m = *impl_;
   SetParams(global);
   SampleWindows(m.corpus->train, m.config.batch_size(), m.config.model().context(), m.rng, m.scratch);
@@ -141,8 +198,7 @@ double Trainer::SignDirection(const float* global, float* direction) {
       dir = m_hat / (v_hat.sqrt() + m.config.adam_eps());
       ++adam_i;
     }
-    torch::Tensor flat = dir.contiguous().to(torch::kFloat32);
-    std::memcpy(direction + info.offset, flat.data_ptr<float>(), info.numel * sizeof(float));
+    TensorOf(m.delta).slice(0, info.offset, info.offset + info.numel).copy_(dir.reshape({-1}));
   }
   return loss;
 }
@@ -160,26 +216,40 @@ double Trainer::TrainSteps(uint64_t first_step, const StepCallback& after_step) 
   return loss_sum / steps;
 }
 
-double Trainer::TrainRound(const float* global, uint64_t first_step, float* delta, const StepCallback& after_step) {
-  const size_t n = num_params();
+double Trainer::TrainRound(const float* global, uint64_t first_step, const StepCallback& after_step) {
   SetParams(global);
   const double loss = TrainSteps(first_step, after_step);
-  GetParams(delta);
-  for (size_t i = 0; i < n; ++i) delta[i] = global[i] - delta[i];
+  DeltaFrom(global);
   return loss;
+}
+
+DeviceFloats& Trainer::delta() { return impl_->delta; }
+
+void Trainer::MarkPush() { impl_->pushed = impl_->Flat(); }
+
+void Trainer::Rebase(const float* pub) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor theta = impl_->Flat();
+  theta.add_(impl_->OnDevice(pub) - impl_->pushed);  // θ + (pub − θ_push)
+  impl_->model.LoadFlat(theta);
+}
+
+void Trainer::DeltaFrom(const float* pub) {
+  torch::NoGradGuard no_grad;
+  torch::sub_out(TensorOf(impl_->delta), impl_->OnDevice(pub), impl_->Flat());
 }
 
 double Trainer::Evaluate(const float* flat) {
   Impl& m = *impl_;
-  std::vector<float> saved(num_params());
-  GetParams(saved.data());
+  const torch::Tensor saved = m.Flat();
   SetParams(flat);
   double sum = 0;
   {
     torch::NoGradGuard no_grad;
+    Bf16Autocast autocast(m.device.bf16);
     for (const torch::Tensor& batch : m.eval_batches) sum += m.model.Loss(batch).item<double>();
   }
-  SetParams(saved.data());
+  m.model.LoadFlat(saved);
   return m.eval_batches.empty() ? 0.0 : sum / m.eval_batches.size();
 }
 

@@ -1,6 +1,8 @@
 // The inner loop of one worker, with no gRPC in it: H inner steps (AdamW, or Muon + AdamW)
 // from the global parameters, the pseudo-gradient Δ = θ_global − θ_local, and validation loss. The AdamW
-// state persists across rounds. LibTorch stays behind this header (pimpl).
+// state persists across rounds. The model, optimizer state and Δ live on the compute device
+// (device.h); parameters in and out pass through host memory. LibTorch stays behind this
+// header (pimpl).
 #pragma once
 
 #include <cstdint>
@@ -11,14 +13,16 @@
 
 #include "muloco/v1/muloco.pb.h"
 #include "worker/data.h"
+#include "worker/device.h"
+#include "worker/device_floats.h"
 
 namespace muloco {
 
 class Trainer {
  public:
   // `corpus` must outlive the trainer; `seed` picks this worker's batches.
-  // REQUIRES: ValidateRunConfig(config).ok().
-  Trainer(const v1::RunConfig& config, const Corpus* corpus, uint64_t seed);
+  // REQUIRES: ValidateRunConfig(config).ok(); a device from ResolveDevice.
+  Trainer(const v1::RunConfig& config, const Corpus* corpus, uint64_t seed, const ComputeDevice& device = {});
   ~Trainer();
 
   size_t num_params() const;
@@ -38,14 +42,24 @@ class Trainer {
   // the mean training loss over the steps taken.
   double TrainSteps(uint64_t first_step, const StepCallback& after_step = nullptr);
 
-  // SetParams(global), TrainSteps, delta = global − local.
+  // SetParams(global), TrainSteps, delta() = global − local.
   // Returns the mean training loss over the steps taken. `after_step` may be empty.
-  double TrainRound(const float* global, uint64_t first_step, float* delta, const StepCallback& after_step = nullptr);
+  double TrainRound(const float* global, uint64_t first_step, const StepCallback& after_step = nullptr);
 
   // SignMuon: one gradient at `global`; writes each tensor's direction (Muon's polar factor
   // of its momentum for hidden matrices, Adam's m_hat / (sqrt(v_hat) + eps) for the rest)
-  // into `direction`; its signs are the worker's vote. Returns the batch loss.
-  double SignDirection(const float* global, float* direction);
+  // into delta(); its signs are the worker's vote. Returns the batch loss.
+  double SignDirection(const float* global);
+
+  // The pseudo-gradient (or SignMuon direction) of the last round, on the compute device.
+  DeviceFloats& delta();
+
+  // Overlap (see session.cc): MarkPush remembers the parameters a round was pushed from;
+  // Rebase(pub) moves the parameters onto the new public model keeping the progress since:
+  // θ ← θ + (pub − θ_push); DeltaFrom(pub) sets delta() = pub − θ. `pub`: host memory.
+  void MarkPush();
+  void Rebase(const float* pub);
+  void DeltaFrom(const float* pub);
 
   // Names of the tensors Muon updates (empty for AdamW runs).
   std::vector<std::string> MuonTensorNames() const;

@@ -1,34 +1,63 @@
 // Uplink (see uplink.h).
 #include "worker/uplink.h"
 
-#include <algorithm>
-#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include <torch/cuda.h>
+
+#include "absl/strings/str_cat.h"
 
 namespace muloco {
 
-Uplink::Uplink(std::vector<Segment> plan, bool sign_vote, float ef_beta, size_t n, uint64_t worker_seed)
+Uplink::Uplink(std::vector<Segment> plan, bool sign_vote, float ef_beta, size_t n, uint64_t worker_seed,
+               const ComputeDevice& device)
     : plan_(std::move(plan)), sign_vote_(sign_vote), beta_(ef_beta), worker_seed_(worker_seed),
-      ef_(sign_vote ? 0 : n, 0.0f) {}
+      ef_(device, sign_vote ? 0 : n), staged_(device, sign_vote ? 0 : n) {
+  if (device.cuda) {
+    absl::StatusOr<std::unique_ptr<CodecBackend>> b = MakeCudaBackend(device.index);
+    if (!b.ok()) {  // ResolveDevice checked that it is usable: this is a bug
+      std::fprintf(stderr, "uplink: %s\n", b.status().ToString().c_str());
+      std::abort();
+    }
+    cuda_ = std::move(*b);
+    for (const Segment& s : plan_) {
+      if (s.scheme == Scheme::kTopK && !cuda_->SupportsTopKChunk(s.chunk)) {
+        status_ = absl::FailedPreconditionError(
+            absl::StrCat("the uplink codec's top-k over chunks of ", s.chunk, " (ratio=) cannot be encoded on ",
+                         cuda_->Name(), " (chunks up to 4096 can); use --device=cpu or topk:chunk=N,k=K"));
+      }
+    }
+  }
+}
 
-std::string Uplink::Encode(float* delta, uint64_t round) {
+Uplink::~Uplink() = default;
+
+absl::StatusOr<std::string> Uplink::Encode(float* delta, uint64_t round) {
+  if (!status_.ok()) return status_;
+  CodecBackend& backend = cuda_ ? *cuda_ : CpuBackend();
+  if (cuda_) torch::cuda::synchronize();  // LibTorch's stream wrote delta; the codec has its own
   if (sign_vote_) {
     const uint64_t tie_seed = (worker_seed_ + 1) * 0x9E3779B97F4A7C15ULL ^ round * 0xC2B2AE3D27D4EB4FULL;
-    return Compress(plan_, nullptr, 1.0f, delta, tie_seed);
+    return Compress(backend, plan_, nullptr, 1.0f, delta, tie_seed);
   }
-  staged_ = ef_;  // compress into a copy: a refused push leaves e as it was
-  return Compress(plan_, delta, beta_, staged_.data());
+  staged_.CopyFrom(ef_);  // compress into a copy: a refused push leaves e as it was
+  if (cuda_) torch::cuda::synchronize();
+  return Compress(backend, plan_, delta, beta_, staged_.data());  // returns once e is written
 }
 
 void Uplink::Commit() {
-  if (!sign_vote_) ef_.swap(staged_);
+  if (!sign_vote_) std::swap(ef_, staged_);
 }
 
-void Uplink::Reset() { std::fill(ef_.begin(), ef_.end(), 0.0f); }
+void Uplink::Reset() { ef_.Zero(); }
 
-double Uplink::ResidualNorm() const {
-  double s = 0;
-  for (float v : ef_) s += static_cast<double>(v) * v;
-  return std::sqrt(s);
+double Uplink::ResidualNorm() const { return ef_.Norm(); }
+
+std::vector<float> Uplink::residual() const {
+  std::vector<float> e(ef_.size());
+  ef_.Download(e.data());
+  return e;
 }
 
 }  // namespace muloco

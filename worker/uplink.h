@@ -3,40 +3,54 @@
 // SignMuon: the payload is the signs of the direction (no feedback); exactly-zero elements
 // get coins seeded by this worker and round, so that workers do not all vote alike for them.
 // Encode stages the new e; Commit adopts it once the server accepted the push, so a refused
-// push loses nothing.
+// push loses nothing. On a GPU, e, its staged copy and the encoder stay on the device (the
+// codec's CUDA backend); only the payload comes to the host.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "common/codec.h"
+#include "worker/device.h"
+#include "worker/device_floats.h"
 
 namespace muloco {
 
 class Uplink {
  public:
-  // `worker_seed` distinguishes workers' tie coins (SignMuon).
-  Uplink(std::vector<Segment> plan, bool sign_vote, float ef_beta, size_t n, uint64_t worker_seed);
+  // `worker_seed` distinguishes workers' tie coins (SignMuon). On a CUDA device the codec's
+  // CUDA backend must be usable (ResolveDevice checked it).
+  Uplink(std::vector<Segment> plan, bool sign_vote, float ef_beta, size_t n, uint64_t worker_seed,
+         const ComputeDevice& device = {});
+  ~Uplink();
+  // OK, or why this plan cannot be encoded on the device (e.g. top-k over chunks larger than
+  // the CUDA kernel takes): check before training.
+  const absl::Status& status() const { return status_; }
 
-  // The payload for `round`'s pseudo-gradient (or SignMuon direction) `delta`. May modify
-  // `delta` (SignMuon encodes it in place).
-  std::string Encode(float* delta, uint64_t round);
+  // The payload for `round`'s pseudo-gradient (or SignMuon direction) `delta`, in the
+  // device's memory (host memory on the CPU). May modify `delta` (SignMuon encodes it in
+  // place). Errors: the device's (a failed CUDA call).
+  absl::StatusOr<std::string> Encode(float* delta, uint64_t round);
   // The push was accepted: e takes the value Encode staged.
   void Commit();
   // e ← 0 (after training went bad and the worker starts over from the server's model).
   void Reset();
   // ‖e‖₂ (0 for SignMuon).
   double ResidualNorm() const;
-  // e (empty for SignMuon).
-  const std::vector<float>& residual() const { return ef_; }
+  // e, copied to the host (empty for SignMuon).
+  std::vector<float> residual() const;
 
  private:
   const std::vector<Segment> plan_;
   const bool sign_vote_;
   const float beta_;
   const uint64_t worker_seed_;
-  std::vector<float> ef_, staged_;
+  std::unique_ptr<CodecBackend> cuda_;  // null on the CPU
+  absl::Status status_;
+  DeviceFloats ef_, staged_;
 };
 
 }  // namespace muloco

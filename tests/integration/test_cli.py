@@ -3,7 +3,7 @@ configurations exit with a clear message, and a worker without a server gives up
 import subprocess
 import unittest
 
-from harness import SERVER_BIN, WORKER_BIN
+from harness import SERVER_BIN, TINY, WORKER_BIN
 
 RUN_CONFIG_FLAGS = ["preset", "mode", "inner_optimizer", "muon_lr", "muon_scale", "ns_steps", "ef_beta",
                     "signmuon_polar", "vocab_size", "n_layer", "n_head", "d_model", "context", "inner_steps", "rounds",
@@ -26,7 +26,7 @@ class Cli(unittest.TestCase):
                   "transport_memory_mb", "max_threads", *RUN_CONFIG_FLAGS}
         worker = {"server", "name", "data", "val_data", "heartbeat_s", "connect_timeout_s", "save_final",
                   "threads", "baseline", "retry_timeout_s", "leave_after", "insecure", "tls_ca", "tls_cert", "tls_key",
-                  "tls_server_name", "token_file", *RUN_CONFIG_FLAGS}
+                  "tls_server_name", "token_file", "device", "dtype", *RUN_CONFIG_FLAGS}
         for binary, flags in ((SERVER_BIN, server), (WORKER_BIN, worker)):
             out = run(binary, "--help")
             self.assertEqual(out.returncode, 0, out.stderr)
@@ -64,6 +64,29 @@ class Cli(unittest.TestCase):
         out = run(WORKER_BIN, "--baseline", "--data=/nonexistent")
         self.assertEqual(out.returncode, 1)
         self.assertIn("/nonexistent", out.stderr)
+
+    def test_worker_devices(self):
+        """--device=auto trains where it can and says so; --device=cuda without a usable GPU and
+        bad spellings fail with the reason before anything starts."""
+        out = run(WORKER_BIN, "--baseline", "--rounds=1", "--inner_steps=2", "--device=auto", *TINY, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        log = out.stdout + out.stderr
+        gpu = "device cuda:0" in log
+        if not gpu:  # this machine: CPU LibTorch or no GPU
+            self.assertRegex(log, r"--device=auto: training on the CPU \(.+\)")
+            self.assertIn("device cpu", log)
+            out = run(WORKER_BIN, "--device=cuda", "--server=127.0.0.1:1", "--connect_timeout_s=1")
+            self.assertEqual(out.returncode, 2)
+            self.assertRegex(out.stderr, r"--device=cuda: .+; use --device=cpu or auto")
+        for bad, why in (("--device=gpu", "must be cpu, cuda, cuda:N or auto"), ("--device=cuda:x", "not cuda:N"),
+                         ("--dtype=fp16", "fp32 or bf16")):
+            out = run(WORKER_BIN, bad, "--server=127.0.0.1:1", "--connect_timeout_s=1")
+            self.assertEqual(out.returncode, 2, bad)
+            self.assertIn(why, out.stderr, bad)
+        if not gpu:
+            out = run(WORKER_BIN, "--device=cpu", "--dtype=bf16", "--server=127.0.0.1:1", "--connect_timeout_s=1")
+            self.assertEqual(out.returncode, 2)
+            self.assertIn("bf16 needs a CUDA device", out.stderr)
 
     def test_worker_without_server_gives_up(self):
         out = run(WORKER_BIN, "--server=127.0.0.1:1", "--connect_timeout_s=1")

@@ -33,9 +33,9 @@ TEST(Uplink, ARefusedPushLosesNothingAndDecodedPlusResidualIsTheInput) {
     std::vector<float> delta = Noise(kN, round);
     for (size_t i = 0; i < kN; ++i) inputs[i] += delta[i];
     std::vector<float> copy = delta;
-    const std::string refused = up.Encode(copy.data(), round);  // never committed
+    const std::string refused = *up.Encode(copy.data(), round);  // never committed
     copy = delta;
-    const std::string accepted = up.Encode(copy.data(), round);
+    const std::string accepted = *up.Encode(copy.data(), round);
     EXPECT_EQ(refused, accepted);  // e was untouched by the refused try
     up.Commit();
     std::vector<float> d(kN, 0.0f);
@@ -43,7 +43,7 @@ TEST(Uplink, ARefusedPushLosesNothingAndDecodedPlusResidualIsTheInput) {
     for (size_t i = 0; i < kN; ++i) decoded[i] += d[i];
   }
   // Σ decoded + e = Σ inputs (β = 1), element by element, up to float rounding.
-  const std::vector<float>& e = up.residual();
+  const std::vector<float> e = up.residual();
   ASSERT_EQ(e.size(), kN);
   for (size_t i = 0; i < kN; ++i) ASSERT_NEAR(decoded[i] + e[i], inputs[i], 1e-6) << i;
   EXPECT_GT(up.ResidualNorm(), 0.0);
