@@ -9,7 +9,11 @@ import unittest
 
 from harness import TINY, ClusterTest, Proxy
 
-RATE = 40_000  # bytes per second, each direction: a 2-bit round trip (~10 KB each way) takes ~0.5 s
+# Bytes per second, each direction: a 2-bit round trip (~10 KB each way) takes ~0.35 s, under
+# half a round's training (0.85 s on an idle machine, 1.4 s with ctest's other test beside
+# it). At 40 KB/s an idle machine trained nearly as fast as the link moved a round, and the
+# exchange sometimes outlasted the training.
+RATE = 60_000
 ROUNDS = 12
 RUN = [*TINY, "--preset=muloco-2bit", f"--rounds={ROUNDS}", "--inner_steps=100", "--eval_every=0",
        "--min_quorum=2", "--chunk_bytes=4096"]
@@ -55,7 +59,7 @@ class Overlap(ClusterTest):
         loss_overlap = statistics.mean(final_val(t) for t in overlapped)
         print(f"waited per round: {wait_plain:.2f} s without overlap, {wait_overlap:.2f} s with; "
               f"final val loss {loss_plain:.4f} without, {loss_overlap:.4f} with")
-        self.assertGreater(wait_plain, 0.3)  # the link really costs time without overlap
+        self.assertGreater(wait_plain, 0.2)  # the link really costs time without overlap
         self.assertLess(wait_overlap, 0.25 * wait_plain)
         self.assertLess(abs(loss_overlap - loss_plain) / loss_plain, 0.02)
         self.assertIn("rebased", overlapped[0])
