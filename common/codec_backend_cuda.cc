@@ -164,7 +164,10 @@ class Cuda final : public CodecBackend {
 int CudaDeviceCount() { return kcu::DeviceCount(); }
 
 absl::StatusOr<std::unique_ptr<CodecBackend>> MakeCudaBackend(int device, void* stream) {
-  const int count = kcu::DeviceCount();
+  int count = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+    return absl::UnavailableError(absl::StrCat("the codec's CUDA runtime finds no device: ", cudaGetErrorString(e)));
+  }
   if (device < 0 || device >= count) {
     return absl::UnavailableError(absl::StrCat("no CUDA device ", device, " (", count, " usable)"));
   }

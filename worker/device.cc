@@ -20,8 +20,8 @@ std::string CudaUnusable(int index) {
   if (!torch::cuda::is_available()) return "this LibTorch has no CUDA or sees no GPU";
   const int torch_devices = static_cast<int>(torch::cuda::device_count());
   if (index >= torch_devices) return absl::StrCat("LibTorch sees ", torch_devices, " GPUs, no cuda:", index);
-  if (index >= CudaDeviceCount()) return "this build's codec has no CUDA backend (built without nvcc)";
-  // The device answers: a small tensor there, and the codec's stream.
+  // The device answers: a small tensor there, and the codec's stream (which says why not, e.g.
+  // a build without nvcc, or a driver older than the toolkit).
   try {
     const torch::Device d(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
     if (torch::ones({8}, torch::TensorOptions(torch::kFloat32).device(d)).sum().item<float>() != 8.0f) {

@@ -33,6 +33,12 @@ void DeviceFloats::Set(size_t i, float v) { impl_->t[static_cast<int64_t>(i)].fi
 
 double DeviceFloats::Norm() const {
   if (size() == 0) return 0.0;
+  if (on_host()) {  // in double, element by element, as the metric always was
+    const float* p = data();
+    double s = 0;
+    for (size_t i = 0; i < size(); ++i) s += static_cast<double>(p[i]) * p[i];
+    return std::sqrt(s);
+  }
   return impl_->t.norm().item<double>();
 }
 

@@ -71,6 +71,7 @@ void Gpt::LoadFlat(const float* flat) {
 }
 
 void Gpt::StoreFlat(float* flat) const {
+  torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].is_cpu()) {
       torch::Tensor t = params_[i].contiguous();

@@ -119,5 +119,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "muloco-worker: %s\n", s.ToString().c_str());
     return 2;
   }
-  return RunBaseline(config, o);
+  try {
+    return RunBaseline(config, o);
+  } catch (const std::exception& e) {  // LibTorch reports a failing device by throwing
+    std::fprintf(stderr, "muloco-worker: training failed on %s: %s\n", o.device.Name().c_str(), e.what());
+    return 1;
+  }
 }

@@ -13,7 +13,7 @@ namespace muloco {
 Uplink::Uplink(std::vector<Segment> plan, bool sign_vote, float ef_beta, size_t n, uint64_t worker_seed,
                const ComputeDevice& device)
     : plan_(std::move(plan)), sign_vote_(sign_vote), beta_(ef_beta), worker_seed_(worker_seed),
-      ef_(device, sign_vote ? 0 : n), staged_(device, sign_vote ? 0 : n) {
+      device_index_(device.index), ef_(device, sign_vote ? 0 : n), staged_(device, sign_vote ? 0 : n) {
   if (device.cuda) {
     absl::StatusOr<std::unique_ptr<CodecBackend>> b = MakeCudaBackend(device.index);
     if (!b.ok()) {  // ResolveDevice checked that it is usable: this is a bug
@@ -36,13 +36,13 @@ Uplink::~Uplink() = default;
 absl::StatusOr<std::string> Uplink::Encode(float* delta, uint64_t round) {
   if (!status_.ok()) return status_;
   CodecBackend& backend = cuda_ ? *cuda_ : CpuBackend();
-  if (cuda_) torch::cuda::synchronize();  // LibTorch's stream wrote delta; the codec has its own
+  if (cuda_) torch::cuda::synchronize(device_index_);  // LibTorch's stream wrote delta; the codec has its own
   if (sign_vote_) {
     const uint64_t tie_seed = (worker_seed_ + 1) * 0x9E3779B97F4A7C15ULL ^ round * 0xC2B2AE3D27D4EB4FULL;
     return Compress(backend, plan_, nullptr, 1.0f, delta, tie_seed);
   }
   staged_.CopyFrom(ef_);  // compress into a copy: a refused push leaves e as it was
-  if (cuda_) torch::cuda::synchronize();
+  if (cuda_) torch::cuda::synchronize(device_index_);
   return Compress(backend, plan_, delta, beta_, staged_.data());  // returns once e is written
 }
 

@@ -48,6 +48,7 @@ class Uplink {
   const bool sign_vote_;
   const float beta_;
   const uint64_t worker_seed_;
+  const int device_index_;
   std::unique_ptr<CodecBackend> cuda_;  // null on the CPU
   absl::Status status_;
   DeviceFloats ef_, staged_;

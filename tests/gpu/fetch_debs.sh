@@ -44,4 +44,6 @@ missing=$(apt-cache depends --recurse --no-recommends --no-suggests --no-enhance
 rm -rf "$DEST" && mkdir -p "$DEST/fallback"
 (cd "$DEST" && apt-get download -o APT::Sandbox::User=root "${PKGS[@]}")
 (cd "$DEST/fallback" && apt-get download -o APT::Sandbox::User=root "${FALLBACK[@]}")
-echo "$(ls "$DEST"/*.deb "$DEST"/fallback/*.deb | wc -l) packages, total: $(du -sh "$DEST" | cut -f1)"
+# The default corpus (Debian's fortunes package), which a GPU host does not have.
+cp -r /usr/share/games/fortunes "$DEST/fortunes"
+echo "$(ls "$DEST"/*.deb "$DEST"/fallback/*.deb | wc -l) packages and the fortunes corpus, total: $(du -sh "$DEST" | cut -f1)"
