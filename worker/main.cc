@@ -41,6 +41,9 @@ ABSL_FLAG(bool, baseline, false, "Train alone, without a server, using the run-c
 ABSL_FLAG(bool, overlap, false,
           "Train the next round while the last one is pushed, aggregated and sent back; rebase onto the new "
           "global model when it arrives (hides communication behind compute; not for SignMuon)");
+ABSL_FLAG(uint32_t, overlap_steps, 0,
+          "With --overlap: apply the round's update after exactly this many steps of the next round, waiting for "
+          "it there if it is late (reproducible runs); 0: as soon as it arrives");
 ABSL_FLAG(std::string, device, "auto",
           "Where to train and compress: cpu, cuda, cuda:N, or auto (CUDA when usable, else the CPU)");
 ABSL_FLAG(std::string, dtype, "fp32", "Forward/backward precision: fp32, or bf16 (autocast on CUDA; fp32 master weights)");
@@ -101,6 +104,7 @@ int main(int argc, char** argv) {
   o.fault_nonfinite_rounds = absl::GetFlag(FLAGS_fault_nonfinite_rounds);
   o.progress_s = absl::GetFlag(FLAGS_progress_s);
   o.overlap = absl::GetFlag(FLAGS_overlap);
+  o.overlap_steps = absl::GetFlag(FLAGS_overlap_steps);
   std::string note;
   absl::StatusOr<ComputeDevice> device = ResolveDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_dtype), &note);
   if (!device.ok()) {

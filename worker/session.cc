@@ -411,7 +411,12 @@ int WorkerSession::Run() {
         step_start = now;
         steps_done = steps;
         progress.AfterStep(steps);
-        if (in_flight.valid() && in_flight.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+        // The update lands as soon as it arrives, or (--overlap_steps=K) after exactly K steps,
+        // waiting for it there if need be: the same trajectory whatever the timing.
+        const bool land_now =
+            in_flight.valid() && (o_.overlap_steps ? steps == o_.overlap_steps
+                                                   : in_flight.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
+        if (land_now) {
           keep = land();  // the update arrived mid-round: rebase now
           if (!keep.ok() || !*keep) return false;
         }

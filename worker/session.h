@@ -33,6 +33,7 @@ struct WorkerOptions {
   // Train the next round while the last one is pushed, aggregated and sent back; rebase onto
   // the new public model when it arrives (communication hidden behind compute).
   bool overlap = false;
+  uint32_t overlap_steps = 0;              // overlap: apply the update after exactly this many steps (0: on arrival)
   double progress_s = 30;                  // log a progress line this often while a round trains (0: never)
   ComputeDevice device;                    // where training, error feedback and the uplink encoder run
   // Set by main's SIGTERM/SIGINT handler to the signal's number (null: never stops). Once

@@ -67,7 +67,9 @@ class FaultTolerance(ClusterTest):
         self.assertEqual(self.read_bytes("b2.bin"), self.read_bytes("server.bin"))
 
     def test_cut_link_recovers_and_resyncs(self):
-        server, addr = self.start_server(*TINY, "--rounds=40", "--inner_steps=20", "--round_timeout_s=2",
+        # 40 steps a round: the run outlasts the cut worker's reconnect backoff (up to ~7.5 s)
+        # with rounds to spare even on an idle machine (at 20 it once came back in round 38).
+        server, addr = self.start_server(*TINY, "--rounds=40", "--inner_steps=40", "--round_timeout_s=2",
                                          "--heartbeat_timeout_s=2", f"--save_final={self.path('server.bin')}")
         proxy = Proxy(int(addr.split(":")[1]))
         a = self.start_worker(addr, f"--save_final={self.path('a.bin')}", "--heartbeat_s=0.5", name="a")
