@@ -314,12 +314,13 @@ absl::StatusOr<RoundResult> ServerClient::AwaitOnce(uint64_t worker_id, uint64_t
   return r;
 }
 
-// A short unary call carrying the worker id (Heartbeat, Leave), with a 10 s deadline;
-// `fill` adds the rest of the request.
+// A short unary call carrying the worker id (Heartbeat, Leave) with a deadline of
+// `deadline_s`; `fill` adds the rest of the request.
 template <typename Request, typename Reply, typename Call>
-absl::Status ServerClient::ShortCall(Call call, uint64_t worker_id, const std::function<void(Request*)>& fill) {
+absl::Status ServerClient::ShortCall(Call call, uint64_t worker_id, double deadline_s,
+                                     const std::function<void(Request*)>& fill) {
   grpc::ClientContext ctx;
-  Prepare(ctx, 10);
+  Prepare(ctx, deadline_s);
   Request req;
   req.set_worker_id(worker_id);
   if (fill) fill(&req);
@@ -329,11 +330,12 @@ absl::Status ServerClient::ShortCall(Call call, uint64_t worker_id, const std::f
 
 absl::Status ServerClient::Heartbeat(uint64_t worker_id, const v1::WorkerReport& report) {
   return ShortCall<v1::HeartbeatRequest, v1::HeartbeatReply>(
-      &v1::Muloco::Stub::Heartbeat, worker_id, [&](v1::HeartbeatRequest* req) { *req->mutable_report() = report; });
+      &v1::Muloco::Stub::Heartbeat, worker_id, options_.heartbeat_timeout_s,
+      [&](v1::HeartbeatRequest* req) { *req->mutable_report() = report; });
 }
 
 absl::Status ServerClient::Leave(uint64_t worker_id) {
-  return ShortCall<v1::LeaveRequest, v1::LeaveReply>(&v1::Muloco::Stub::Leave, worker_id);
+  return ShortCall<v1::LeaveRequest, v1::LeaveReply>(&v1::Muloco::Stub::Leave, worker_id, 10);
 }
 
 }  // namespace muloco

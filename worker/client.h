@@ -28,6 +28,10 @@ struct ClientOptions {
   // finishes and a dead link does not hang. Chunks must fit: chunk bytes / link rate < this.
   double stall_timeout_s = 120;
   int fetch_attempts = 50;       // a model fetch resumes after a cut this many times
+  // Deadline of a heartbeat: the heartbeat period, so that the next one leaves on time while
+  // a reply waits behind a large download on a slow link (the request itself reaches the
+  // server at once; the server counts it as hearing from the worker).
+  double heartbeat_timeout_s = 10;
   std::string tls_server_name;   // check the server's certificate for this name (empty: the address's host)
 };
 
@@ -62,7 +66,8 @@ class ServerClient : public Transport {
                         size_t offset, float train_loss);
   absl::Status FetchFrom(uint64_t worker_id, FetchedModel* m, size_t* filled, double stall_s);
   template <typename Request, typename Reply, typename Call>
-  absl::Status ShortCall(Call call, uint64_t worker_id, const std::function<void(Request*)>& fill = nullptr);
+  absl::Status ShortCall(Call call, uint64_t worker_id, double deadline_s,
+                         const std::function<void(Request*)>& fill = nullptr);
 
   const std::string address_;
   std::pair<uint64_t, uint64_t> cut_push_;  // (round, payload checksum) of a push whose last try was cut (Push's thread only)

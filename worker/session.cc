@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -118,6 +119,7 @@ ClientOptions ClientOptionsFor(const WorkerOptions& o) {
   c.tls_server_name = o.tls_server_name;
   c.stall_timeout_s = o.stall_timeout_s;
   c.chunk_bytes = o.chunk_bytes;
+  c.heartbeat_timeout_s = std::min(10.0, o.heartbeat_s);
   return c;
 }
 
