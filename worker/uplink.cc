@@ -35,14 +35,14 @@ Uplink::~Uplink() = default;
 
 absl::StatusOr<std::string> Uplink::Encode(float* delta, uint64_t round) {
   if (!status_.ok()) return status_;
+  if (!sign_vote_) staged_.CopyFrom(ef_);  // compress into a copy: a refused push leaves e as it was
+  // LibTorch's stream wrote delta and the staged copy; the codec's CUDA backend has its own.
+  if (cuda_) torch::cuda::synchronize(device_index_);
   CodecBackend& backend = cuda_ ? *cuda_ : CpuBackend();
-  if (cuda_) torch::cuda::synchronize(device_index_);  // LibTorch's stream wrote delta; the codec has its own
   if (sign_vote_) {
     const uint64_t tie_seed = (worker_seed_ + 1) * 0x9E3779B97F4A7C15ULL ^ round * 0xC2B2AE3D27D4EB4FULL;
     return Compress(backend, plan_, nullptr, 1.0f, delta, tie_seed);
   }
-  staged_.CopyFrom(ef_);  // compress into a copy: a refused push leaves e as it was
-  if (cuda_) torch::cuda::synchronize(device_index_);
   return Compress(backend, plan_, delta, beta_, staged_.data());  // returns once e is written
 }
 
