@@ -40,8 +40,8 @@ const char* Name(Scheme s) {
 absl::Status CheckSegment(const Segment& s) {
   const SchemeOps* ops = FindScheme(s.scheme);
   if (!ops) return Bad(absl::StrCat("unknown scheme ", static_cast<int>(s.scheme)));
-  if (s.numel > kMaxNumel) return Bad(absl::StrCat(ops->name, " segment: too many elements"));
-  if (s.rows < 1 || s.numel % s.rows != 0) return Bad(absl::StrCat(ops->name, " segment: rows do not divide the element count"));
+  if (s.numel > kMaxNumel) return codec_internal::BadSegment(s, "too many elements");
+  if (s.rows < 1 || s.numel % s.rows != 0) return codec_internal::BadSegment(s, "rows do not divide the element count");
   return ops->check(s);
 }
 

@@ -52,10 +52,6 @@ uint64_t SpanOf(const CodecBackend& b, const Segment& s) {
   return std::max<uint64_t>(1, (uint64_t{1} << 15) / s.chunk) * s.chunk;
 }
 
-absl::Status BadSegment(const Segment& s, const std::string& m) {
-  return Bad(absl::StrCat(FindScheme(s.scheme)->name, " segment: ", m));
-}
-
 // Finite and within kMaxAbsValue (a NaN fails the comparison too).
 bool InRange(float v) { return std::fabs(v) <= kMaxAbsValue; }
 bool AllInRange(const char* p, uint64_t count) {
@@ -344,6 +340,10 @@ const SchemeOps kSchemes[] = {
 }  // namespace
 
 absl::Status Bad(const std::string& m) { return absl::InvalidArgumentError("payload: " + m); }
+
+absl::Status BadSegment(const Segment& s, const std::string& m) {
+  return Bad(absl::StrCat(FindScheme(s.scheme)->name, " segment: ", m));
+}
 
 const SchemeOps* FindScheme(Scheme scheme) {
   for (const SchemeOps& s : kSchemes)

@@ -43,6 +43,8 @@ const SchemeOps* FindScheme(const std::string& name);
 std::string SchemeNames();
 
 absl::Status Bad(const std::string& message);  // INVALID_ARGUMENT "payload: ..."
+// Bad("<scheme name> segment: <message>"). REQUIRES: FindScheme(s.scheme) is not null.
+absl::Status BadSegment(const Segment& s, const std::string& message);
 
 template <typename T>
 T Load(const char* p) {
