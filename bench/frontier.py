@@ -63,13 +63,13 @@ PARAMS_RE = re.compile(r"fetched model at round \d+ \((\d+) parameters\)")
 def parse_codec(spec):
     name, _, rest = spec.partition(":")
     name = {"fp32": "dense-fp32", "bf16": "dense-bf16"}.get(name, name)
-    c = dict(scheme=name, bits=1 if name == "sign" else 2, chunk=4096, k=32, ratio=0.0, dense_vectors=True)
+    c = dict(scheme=name, bits=1 if name == "sign" else 2, chunk=4096, k=32, ratio=0.0, keep=0.0, dense_vectors=True)
     for kv in filter(None, rest.split(",")):
         key, _, value = kv.partition("=")
         if key == "vectors":
             c["dense_vectors"] = value == "dense"
-        elif key == "ratio":
-            c["ratio"] = float(value)
+        elif key in ("ratio", "keep"):
+            c[key] = float(value)
         else:
             c[key] = int(value)
     return c
@@ -95,6 +95,10 @@ def payload_bytes(spec, shapes):
     for _rows, n, vector in shapes:
         scheme = "dense-fp32" if vector and c["dense_vectors"] else c["scheme"]
         chunk = c["chunk"]
+        keep_k = max(8, int(c["keep"] * chunk) // 8 * 8) if c["keep"] > 0 and scheme in ("quant", "lloyd", "linear") else 0
+        if 0 < keep_k < chunk:  # a u32 seed; the kept elements coded as chunks of keep_k
+            total += 4
+            n, chunk = (n // chunk) * keep_k + min(keep_k, n % chunk), keep_k
         nc = -(-n // chunk)
         if scheme == "dense-fp32":
             total += 4 * n

@@ -144,6 +144,10 @@ absl::StatusOr<CodecConfig> ParseCodec(absl::string_view spec) {
         c.dense_vectors = p.second == "dense";
         continue;
       }
+      if (p.first == "keep") {
+        if (!absl::SimpleAtod(p.second, &c.keep) || !(c.keep > 0 && c.keep <= 1)) return bad("keep must be in (0, 1]");
+        continue;
+      }
       if (p.first == "ratio") {
         if (!absl::SimpleAtod(p.second, &c.ratio) || !(c.ratio > 0 && c.ratio <= 1)) return bad("ratio must be in (0, 1]");
         continue;
@@ -152,10 +156,12 @@ absl::StatusOr<CodecConfig> ParseCodec(absl::string_view spec) {
       if (p.first == "bits") c.bits = static_cast<int>(v);
       else if (p.first == "chunk") c.chunk = v;
       else if (p.first == "k") c.k = v;
-      else return bad(absl::StrCat("unknown key '", p.first, "' (known: bits, chunk, k, ratio, vectors)"));
+      else return bad(absl::StrCat("unknown key '", p.first, "' (known: bits, chunk, k, ratio, keep, vectors)"));
     }
   }
   if (c.scheme == Scheme::kSign && c.bits != 1) return bad("sign codes are 1 bit");
+  const bool quantizer = c.scheme == Scheme::kQuant || c.scheme == Scheme::kLloyd || c.scheme == Scheme::kLinear;
+  if (c.keep > 0 && !quantizer) return bad("keep is for quant, lloyd and linear");
   // Validate by planning a one-chunk matrix with these settings.
   std::vector<Segment> probe = PlanSegments({TensorShape{1, c.chunk ? c.chunk : 1, false}}, c);
   if (absl::Status s = CheckSegment(probe[0]); !s.ok()) return bad(std::string(s.message()));

@@ -15,6 +15,9 @@
 //   dense-fp32  numel fp32                       dense-bf16  numel bf16 (round to nearest even)
 //   quant       nc * 2^bits fp32 decode tables, then the codes packed (bits each)
 //   linear      nc * 2 fp32 (min, step), then the codes packed
+//   (quant, lloyd and linear with k > 0, the `keep` option: u32 seed, then the layout above
+//   for the elements of a seeded subset of min(k, length) per chunk, kernels/subset.h, taken
+//   chunk after chunk as chunks of k; the rest stay in the error feedback)
 //   topk        per chunk the min(k, chunk length) largest |x|, indices ascending:
 //               [2^bits fp32 table if bits < 32], indices packed log2(C) bits each,
 //               values (bits 32: fp32; else codes of one statistical table per segment)
@@ -56,8 +59,9 @@ inline constexpr uint8_t kPayloadVersion = 2;
 inline constexpr float kMaxAbsValue = 1e6f;
 
 // A run's choice of compression, parsed from "scheme[:key=value,...]", e.g. "dense-fp32",
-// "quant:bits=2", "lloyd:bits=2,chunk=512", "topk:chunk=4096,k=32,bits=2", "topk:ratio=0.01", "sign". Keys: bits, chunk,
-// k, ratio (top-k per tensor instead of per chunk), vectors
+// "quant:bits=2", "lloyd:bits=2,chunk=512", "lloyd:bits=1,chunk=4096,keep=0.9", "topk:chunk=4096,k=32,bits=2",
+// "topk:ratio=0.01", "sign". Keys: bits, chunk, k, ratio (top-k per tensor instead of per
+// chunk), keep (codes for a seeded share of each chunk), vectors
 // (vectors=dense keeps 1-D tensors such as gains and biases dense fp32; vectors=same
 // compresses them too).
 struct CodecConfig {
@@ -65,6 +69,9 @@ struct CodecConfig {
   int bits = 2;            // quant/linear code bits (1, 2, 4, 8); topk value bits (also 32)
   uint32_t chunk = 4096;   // elements per chunk; a multiple of 8 (topk: a power of two)
   uint32_t k = 32;         // topk: entries kept per chunk
+  double keep = 0;         // quant/lloyd/linear: codes for a seeded subset of this share of each
+                           // chunk (k = floor(keep * chunk) rounded down to a multiple of 8, at
+                           // least 8; k >= chunk means every element); 0: all
   double ratio = 0;        // topk per tensor: keep max(1, floor(numel * ratio)) of each tensor
                            // (one chunk spanning the tensor, up to 2^24 elements); 0: chunked
   bool dense_vectors = true;
@@ -105,6 +112,8 @@ std::string SizeNote(uint64_t bytes, uint64_t payloads, uint64_t n);
 // delta is null), payload = C(ef), ef <- ef - decode(payload). Returns the payload.
 // `tie_seed` decides the sign bits of exactly zero elements in sign segments (element i:
 // kernels::TieBit(tie_seed + i)); workers whose votes are summed must use different seeds.
+// It also seeds the subsets of `keep` segments: a new seed every round, or the same elements
+// are left out every time.
 // `threads` > 1 compresses ranges of segments on that many threads: the same bytes.
 std::string Compress(const std::vector<Segment>& segments, const float* delta, float beta, float* ef,
                      uint64_t tie_seed = 0, int threads = 1);

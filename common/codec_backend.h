@@ -37,6 +37,9 @@ class CodecBackend {
   virtual absl::Status BeginBody(char* out, size_t bytes) = 0;
   virtual absl::Status Emit(char* out, size_t offset, const void* src, size_t bytes) = 0;
   virtual absl::Status EndBody(char* out) = 0;
+  // The same as Emit for `bytes` bytes of host memory at src (a value the encoder computed
+  // on the host, e.g. a seed).
+  virtual absl::Status EmitHost(char* out, size_t offset, const void* src, size_t bytes) = 0;
 
   // e <- beta * e + delta.
   virtual absl::Status EfUpdate(float* e, const float* delta, size_t n, float beta) = 0;
@@ -57,6 +60,8 @@ class CodecBackend {
   // Chunked top-k (kernels/topk.h): min(k, length) ascending indices per chunk.
   virtual absl::Status TopK(const float* x, size_t n, size_t chunk, size_t k, uint32_t* idx) = 0;
   virtual absl::Status Gather(const float* x, size_t n, size_t chunk, size_t k, const uint32_t* idx, float* vals) = 0;
+  // The seeded subsets of kernels/subset.h, in the idx layout of Gather and Scatter.
+  virtual absl::Status Subset(uint32_t seed, size_t n, size_t chunk, size_t k, uint32_t* idx) = 0;
   // sum[chunk start + idx[t]] += factor * vals[t]. factor is +-1.
   virtual absl::Status Scatter(const float* vals, size_t n, size_t chunk, size_t k, const uint32_t* idx, float factor,
                                float* sum) = 0;

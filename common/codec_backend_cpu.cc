@@ -9,6 +9,7 @@
 #include "kernels/error_feedback.h"
 #include "kernels/quantize.h"
 #include "kernels/sign.h"
+#include "kernels/subset.h"
 #include "kernels/topk.h"
 
 namespace muloco {
@@ -36,6 +37,9 @@ class Cpu final : public CodecBackend {
     return absl::OkStatus();
   }
   absl::Status EndBody(char*) override { return absl::OkStatus(); }
+  absl::Status EmitHost(char* out, size_t offset, const void* src, size_t bytes) override {
+    return Emit(out, offset, src, bytes);
+  }
 
   absl::Status EfUpdate(float* e, const float* delta, size_t n, float beta) override {
     kc::EfUpdate(e, delta, n, beta);
@@ -102,6 +106,10 @@ class Cpu final : public CodecBackend {
   }
   absl::Status Gather(const float* x, size_t n, size_t chunk, size_t k, const uint32_t* idx, float* vals) override {
     kc::GatherChunks(x, n, chunk, k, idx, vals);
+    return absl::OkStatus();
+  }
+  absl::Status Subset(uint32_t seed, size_t n, size_t chunk, size_t k, uint32_t* idx) override {
+    kc::SubsetChunks(seed, n, chunk, k, idx);
     return absl::OkStatus();
   }
   absl::Status Scatter(const float* vals, size_t n, size_t chunk, size_t k, const uint32_t* idx, float factor,

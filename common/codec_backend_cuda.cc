@@ -88,6 +88,12 @@ class Cuda final : public CodecBackend {
     return absl::OkStatus();
   }
 
+  absl::Status EmitHost(char*, size_t offset, const void* src, size_t bytes) override {
+    if (offset > body_bytes_ || bytes > body_bytes_ - offset) return absl::InternalError("codec: emit past the payload");
+    if (bytes) std::memcpy(static_cast<char*>(pinned_) + offset, src, bytes);  // no copy in flight writes here
+    return absl::OkStatus();
+  }
+
   absl::Status EfUpdate(float* e, const float* delta, size_t n, float beta) override {
     return kcu::EfUpdate(e, delta, n, beta, stream_);
   }
@@ -133,6 +139,9 @@ class Cuda final : public CodecBackend {
   }
   absl::Status Gather(const float* x, size_t n, size_t chunk, size_t k, const uint32_t* idx, float* vals) override {
     return kcu::GatherChunks(x, n, chunk, k, idx, vals, stream_);
+  }
+  absl::Status Subset(uint32_t seed, size_t n, size_t chunk, size_t k, uint32_t* idx) override {
+    return kcu::SubsetChunks(seed, n, chunk, k, idx, stream_);
   }
   absl::Status Scatter(const float* vals, size_t n, size_t chunk, size_t k, const uint32_t* idx, float factor,
                        float* sum) override {

@@ -11,6 +11,7 @@
 #include "kernels/bitpack.h"
 #include "kernels/quantize.h"
 #include "kernels/sign.h"
+#include "kernels/subset.h"
 #include "kernels/topk.h"
 
 namespace muloco::codec_internal {
@@ -116,13 +117,49 @@ absl::Status CheckQuant(const Segment& s) {
     return BadSegment(s, absl::StrCat("bits ", s.bits, " not in {1,2,4}"));
   }
   if (!kernels::ValidCodeBits(s.bits)) return BadSegment(s, absl::StrCat("bits ", s.bits, " not in {1,2,4,8}"));
-  if (!ChunkedOk(s) || s.k) return BadSegment(s, "chunk must be a multiple of 8 in [8, 2^24]; no k");
+  if (!ChunkedOk(s)) return BadSegment(s, "chunk must be a multiple of 8 in [8, 2^24]");
+  if (s.k && (s.k % 8 || s.k >= s.chunk)) return BadSegment(s, "k (kept per chunk) must be a multiple of 8 below chunk");
   return absl::OkStatus();
 }
-uint64_t QuantBytes(const Segment& s) { return MetaFloats(s) * 4 + kernels::PackedBytes(s.numel, s.bits); }
+// A `keep` segment's kept elements as a segment of their own: chunks of k, packed in order.
+Segment Kept(const Segment& s) {
+  Segment v = s;
+  v.chunk = s.k;
+  v.k = 0;
+  v.rows = 1;
+  v.numel = TotalK(s);
+  return v;
+}
+uint64_t QuantBytes(const Segment& s) {
+  if (s.k) return 4 + QuantBytes(Kept(s));
+  return MetaFloats(s) * 4 + kernels::PackedBytes(s.numel, s.bits);
+}
 
 absl::Status EncodeQuant(CodecBackend& b, const Segment& s, const float* delta, float beta, float* e, char* out,
-                         size_t at, uint64_t) {
+                         size_t at, uint64_t seed);
+
+// keep: e <- beta * e + delta; the subset's values gathered and encoded as a segment of
+// their own; the subset's residuals put back into e (zeroed first: x + -x is exactly 0).
+absl::Status EncodeKept(CodecBackend& b, const Segment& s, const float* delta, float beta, float* e, char* out,
+                        size_t at, uint64_t seed) {
+  const Segment v = Kept(s);
+  const uint32_t subset_seed = static_cast<uint32_t>(kernels::SplitMix64(seed ^ kernels::SplitMix64(at)));
+  MULOCO_SCRATCH(idx, uint32_t, kIdxSlot, v.numel);
+  MULOCO_SCRATCH(vals, float, kValsSlot, v.numel);
+  MULOCO_SCRATCH(orig, float, kDecodedSlot, v.numel);
+  if (delta) MULOCO_TRY(b.EfUpdate(e, delta, s.numel, beta));
+  MULOCO_TRY(b.Subset(subset_seed, s.numel, s.chunk, s.k, idx));
+  MULOCO_TRY(b.Gather(e, s.numel, s.chunk, s.k, idx, vals));
+  MULOCO_TRY(b.Gather(e, s.numel, s.chunk, s.k, idx, orig));
+  MULOCO_TRY(b.EmitHost(out, at, &subset_seed, 4));
+  MULOCO_TRY(EncodeQuant(b, v, nullptr, 1.0f, vals, out, at + 4, seed));  // vals: the residuals
+  MULOCO_TRY(b.Scatter(orig, s.numel, s.chunk, s.k, idx, -1.0f, e));
+  return b.Scatter(vals, s.numel, s.chunk, s.k, idx, 1.0f, e);
+}
+
+absl::Status EncodeQuant(CodecBackend& b, const Segment& s, const float* delta, float beta, float* e, char* out,
+                         size_t at, uint64_t seed) {
+  if (s.k) return EncodeKept(b, s, delta, beta, e, out, at, seed);
   const Quantizer q = QuantizerOf(s.scheme);
   const uint64_t per = s.scheme == Scheme::kLinear ? 2 : kernels::NumBins(s.bits), span = SpanOf(b, s);
   const size_t code_at = at + MetaFloats(s) * 4;
@@ -140,7 +177,23 @@ absl::Status EncodeQuant(CodecBackend& b, const Segment& s, const float* delta, 
   }
   return absl::OkStatus();
 }
+absl::Status DecodeQuant(const Segment& s, const char* d, float* sum);
+
+absl::Status DecodeKept(const Segment& s, const char* d, float* sum) {
+  const Segment v = Kept(s);
+  if (!sum) return DecodeQuant(v, d + 4, nullptr);
+  thread_local std::vector<float> vals;
+  thread_local std::vector<uint32_t> idx;
+  vals.assign(v.numel, 0.0f);
+  idx.resize(v.numel);
+  MULOCO_TRY(DecodeQuant(v, d + 4, vals.data()));
+  kc::SubsetChunks(Load<uint32_t>(d), s.numel, s.chunk, s.k, idx.data());
+  kc::ScatterAccumulateChunks(vals.data(), s.numel, s.chunk, s.k, idx.data(), 1.0f, sum);
+  return absl::OkStatus();
+}
+
 absl::Status DecodeQuant(const Segment& s, const char* d, float* sum) {
+  if (s.k) return DecodeKept(s, d, sum);
   const int nbins = kernels::NumBins(s.bits);
   const bool linear = s.scheme == Scheme::kLinear;
   const uint64_t per = linear ? 2 : nbins;
@@ -305,6 +358,11 @@ void PlanChunked(const CodecConfig& c, Segment& s) {
   s.bits = c.scheme == Scheme::kSign ? 1 : c.bits;
   s.chunk = c.chunk;
 }
+void PlanQuant(const CodecConfig& c, Segment& s) {
+  PlanChunked(c, s);
+  const uint64_t k = std::max<uint64_t>(8, static_cast<uint64_t>(std::floor(c.keep * c.chunk / 8)) * 8);
+  s.k = c.keep > 0 && k < c.chunk ? static_cast<uint32_t>(k) : 0;  // k >= chunk: every element
+}
 void PlanTopK(const CodecConfig& c, Segment& s) {
   s.bits = c.bits;
   s.chunk = c.chunk;
@@ -316,7 +374,9 @@ void PlanTopK(const CodecConfig& c, Segment& s) {
   }
 }
 std::string NoKeys(const CodecConfig&) { return ""; }
-std::string BitsChunk(const CodecConfig& c) { return absl::StrCat("bits=", c.bits, ",chunk=", c.chunk); }
+std::string BitsChunk(const CodecConfig& c) {
+  return absl::StrCat("bits=", c.bits, ",chunk=", c.chunk, c.keep > 0 ? absl::StrCat(",keep=", c.keep) : "");
+}
 std::string TopKKeys(const CodecConfig& c) {
   if (c.ratio > 0) return absl::StrCat("ratio=", c.ratio, ",bits=", c.bits);
   return absl::StrCat("chunk=", c.chunk, ",k=", c.k, ",bits=", c.bits);
@@ -329,9 +389,9 @@ const SchemeOps kSchemes[] = {
     {Scheme::kDenseBf16, "dense-bf16", [](const Segment& s) { return CheckDense(s, 16); },
      [](const Segment& s) { return s.numel * 2; }, [](const CodecConfig&, Segment& s) { PlanDense(16, s); }, NoKeys,
      EncodeBf16, DecodeBf16},
-    {Scheme::kQuant, "quant", CheckQuant, QuantBytes, PlanChunked, BitsChunk, EncodeQuant, DecodeQuant},
-    {Scheme::kLloyd, "lloyd", CheckQuant, QuantBytes, PlanChunked, BitsChunk, EncodeQuant, DecodeQuant},
-    {Scheme::kLinear, "linear", CheckQuant, QuantBytes, PlanChunked, BitsChunk, EncodeQuant, DecodeQuant},
+    {Scheme::kQuant, "quant", CheckQuant, QuantBytes, PlanQuant, BitsChunk, EncodeQuant, DecodeQuant},
+    {Scheme::kLloyd, "lloyd", CheckQuant, QuantBytes, PlanQuant, BitsChunk, EncodeQuant, DecodeQuant},
+    {Scheme::kLinear, "linear", CheckQuant, QuantBytes, PlanQuant, BitsChunk, EncodeQuant, DecodeQuant},
     {Scheme::kTopK, "topk", CheckTopK, TopKBytes, PlanTopK, TopKKeys, EncodeTopK, DecodeTopK},
     {Scheme::kSign, "sign", CheckSign, SignBytes, PlanChunked,
      [](const CodecConfig& c) { return absl::StrCat("chunk=", c.chunk); }, EncodeSign, DecodeSign},

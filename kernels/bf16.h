@@ -5,11 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define MULOCO_HOST_DEVICE __host__ __device__
-#else
-#define MULOCO_HOST_DEVICE
-#endif
+#include "kernels/host_device.h"
 
 namespace muloco::kernels {
 

@@ -8,15 +8,16 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace muloco::kernels::cpu {
+#include "kernels/host_device.h"
 
-// The coin for a zero element: bit 0 of splitmix64(key) (same on CPU and CUDA).
-inline uint8_t TieBit(uint64_t key) {
-  uint64_t z = key + 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return static_cast<uint8_t>((z ^ (z >> 31)) & 1);
-}
+namespace muloco::kernels {
+
+// The coin for a zero element: bit 0 of splitmix64(key) (the same on CPU and CUDA).
+MULOCO_HOST_DEVICE inline uint8_t TieBit(uint64_t key) { return static_cast<uint8_t>(SplitMix64(key) & 1); }
+
+}  // namespace muloco::kernels
+
+namespace muloco::kernels::cpu {
 
 // REQUIRES: out has PackedBytes(n, 1) bytes. Padding bits are zero. Element i's coin (if it
 // is zero) is TieBit(seed + i).

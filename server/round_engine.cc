@@ -11,6 +11,7 @@
 #include "common/checksum.h"
 #include "common/log.h"
 #include "kernels/newton_schulz.h"
+#include "kernels/subset.h"
 
 namespace muloco {
 
@@ -229,7 +230,9 @@ std::shared_ptr<const std::string> RoundEngine::PublishLocked() {
   // will. What the compression leaves out stays in θ_true − θ_pub for later rounds.
   const std::vector<float>& pub = *theta_pub_;
   for (size_t i = 0; i < n; ++i) sum_[i] = theta_true_[i] - pub[i];
-  auto payload = std::make_shared<const std::string>(Compress(downlink_, nullptr, 1.0f, sum_.data(), 0, close_threads_));
+  const uint64_t seed = kernels::SplitMix64(open_round_ ^ 0xD0D0D0D0ULL);  // `keep` subsets: new every round
+  auto payload =
+      std::make_shared<const std::string>(Compress(downlink_, nullptr, 1.0f, sum_.data(), seed, close_threads_));
   // θ_pub's buffer of two rounds ago, when no reader holds it any more: copying into memory
   // already mapped spares the page faults of a fresh model-sized allocation every round.
   std::shared_ptr<std::vector<float>> next_pub;

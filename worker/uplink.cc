@@ -39,11 +39,10 @@ absl::StatusOr<std::string> Uplink::Encode(float* delta, uint64_t round) {
   // LibTorch's stream wrote delta and the staged copy; the codec's CUDA backend has its own.
   if (cuda_) torch::cuda::synchronize(device_index_);
   CodecBackend& backend = cuda_ ? *cuda_ : CpuBackend();
-  if (sign_vote_) {
-    const uint64_t tie_seed = (worker_seed_ + 1) * 0x9E3779B97F4A7C15ULL ^ round * 0xC2B2AE3D27D4EB4FULL;
-    return Compress(backend, plan_, nullptr, 1.0f, delta, tie_seed);
-  }
-  return Compress(backend, plan_, delta, beta_, staged_.data());  // returns once e is written
+  // Sign ties' coins and `keep` subsets: different on every worker and in every round.
+  const uint64_t seed = (worker_seed_ + 1) * 0x9E3779B97F4A7C15ULL ^ round * 0xC2B2AE3D27D4EB4FULL;
+  if (sign_vote_) return Compress(backend, plan_, nullptr, 1.0f, delta, seed);
+  return Compress(backend, plan_, delta, beta_, staged_.data(), seed);  // returns once e is written
 }
 
 void Uplink::Commit() {

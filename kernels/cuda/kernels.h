@@ -50,6 +50,8 @@ absl::Status GatherChunks(const float* x, size_t n, size_t chunk, size_t k, cons
                           void* stream);
 absl::Status ScatterAccumulateChunks(const float* vals, size_t n, size_t chunk, size_t k, const uint32_t* idx,
                                      float factor, float* sum, void* stream);
+// As cpu::SubsetChunks (kernels/subset.h). REQUIRES: 1 <= k <= chunk.
+absl::Status SubsetChunks(uint32_t seed, size_t n, size_t chunk, size_t k, uint32_t* idx, void* stream);
 
 // Signs and votes, as kernels/sign.h; scale: one MeanAbs per chunk.
 absl::Status SignPack(const float* x, size_t n, uint64_t seed, uint8_t* out, void* stream);

@@ -3,24 +3,17 @@
 #include "kernels/bitpack.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
+#include "kernels/sign.h"
 
 namespace muloco::kernels::cuda {
 namespace {
-
-// kernels/sign.h's TieBit, on the device.
-__device__ uint8_t DeviceTieBit(uint64_t key) {
-  uint64_t z = key + 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return static_cast<uint8_t>((z ^ (z >> 31)) & 1);
-}
 
 __global__ void SignPackKernel(const float* x, size_t n, uint64_t seed, uint8_t* out, size_t bytes) {
   for (size_t j = blockIdx.x * size_t{blockDim.x} + threadIdx.x; j < bytes; j += size_t{gridDim.x} * blockDim.x) {
     uint8_t b = 0;
     for (int t = 0; t < 8; ++t) {
       const size_t i = j * 8 + t;
-      if (i < n) b |= (x[i] == 0.0f ? DeviceTieBit(seed + i) : static_cast<uint8_t>(x[i] > 0.0f)) << t;
+      if (i < n) b |= (x[i] == 0.0f ? TieBit(seed + i) : static_cast<uint8_t>(x[i] > 0.0f)) << t;
     }
     out[j] = b;
   }

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
+#include "kernels/subset.h"
 
 namespace muloco::kernels::cuda {
 namespace {
@@ -75,6 +76,14 @@ __global__ void ScatterKernel(const float* vals, size_t total, size_t chunk, siz
   }
 }
 
+// Entry t of a chunked subset: element t % k of chunk t / k's subset (kernels/subset.h).
+__global__ void SubsetKernel(uint32_t seed, size_t n, size_t total, size_t chunk, size_t k, uint32_t* idx) {
+  for (size_t t = blockIdx.x * size_t{blockDim.x} + threadIdx.x; t < total; t += size_t{gridDim.x} * blockDim.x) {
+    const size_t c = t / k, off = c * chunk, len = n - off < chunk ? n - off : chunk;
+    idx[t] = SubsetIndex(SubsetOf(seed, c, len), t % k, len);
+  }
+}
+
 size_t KeptTotal(size_t n, size_t chunk, size_t k) { return (n / chunk) * k + (n % chunk < k ? n % chunk : k); }
 
 }  // namespace
@@ -94,6 +103,14 @@ absl::Status GatherChunks(const float* x, size_t n, size_t chunk, size_t k, cons
   const size_t total = KeptTotal(n, chunk, k);
   if (total == 0) return absl::OkStatus();
   GatherKernel<<<GridFor(total, 256), 256, 0, AsStream(stream)>>>(x, total, chunk, k, idx, vals);
+  return Launched(__func__);
+}
+
+absl::Status SubsetChunks(uint32_t seed, size_t n, size_t chunk, size_t k, uint32_t* idx, void* stream) {
+  if (chunk == 0 || k == 0 || k > chunk) return Invalid(__func__);
+  const size_t total = KeptTotal(n, chunk, k);
+  if (total == 0) return absl::OkStatus();
+  SubsetKernel<<<GridFor(total, 256), 256, 0, AsStream(stream)>>>(seed, n, total, chunk, k, idx);
   return Launched(__func__);
 }
 

@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   const char* specs[] = {"dense-fp32",         "dense-bf16",          "quant:bits=2,chunk=64",
                          "linear:bits=4,chunk=64", "topk:chunk=64,k=5,bits=2", "topk:chunk=64,k=5,bits=32",
                          "sign:chunk=64",      "quant:bits=8,chunk=64,vectors=same", "topk:chunk=8,k=8,bits=1",
-                         "lloyd:bits=2,chunk=64", "lloyd:bits=4,chunk=64"};
+                         "lloyd:bits=2,chunk=64", "lloyd:bits=4,chunk=64", "lloyd:bits=1,chunk=64,keep=0.5"};
   // Layouts: a small model (matrices with a partial last chunk, a dense 1-D tensor, an empty
   // tensor), one short tensor, and nothing at all.
   const std::vector<std::vector<TensorShape>> layouts = {

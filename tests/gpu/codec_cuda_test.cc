@@ -24,7 +24,7 @@ const char* kSpecs[] = {
     "quant:bits=8,chunk=64", "lloyd:bits=1,chunk=4096,vectors=same", "lloyd:bits=2,chunk=512", "lloyd:bits=4,chunk=64",
     "linear:bits=2,chunk=64", "linear:bits=8,chunk=64,vectors=same", "topk:chunk=64,k=5,bits=2",
     "topk:chunk=64,k=5,bits=32", "topk:chunk=4096,k=32,bits=2,vectors=same", "sign:chunk=64",
-    "sign:chunk=1024,vectors=same"};
+    "sign:chunk=1024,vectors=same", "lloyd:bits=1,chunk=4096,keep=0.9,vectors=same", "quant:bits=2,chunk=64,keep=0.5"};
 
 // Heavy-tailed inputs with exact zeros (sign coins) and repeats (top-k ties).
 std::vector<float> Input(size_t n, uint32_t seed) {

@@ -12,6 +12,7 @@
 #include "kernels/error_feedback.h"
 #include "kernels/quantize.h"
 #include "kernels/sign.h"
+#include "kernels/subset.h"
 #include "kernels/topk.h"
 
 namespace muloco::kernels {
@@ -132,6 +133,19 @@ TEST_F(Cuda, TopKMatchesCpu) {
       Dev<float> dx(x);
       Dev<uint32_t> didx(idx.size());
       ASSERT_TRUE(cuda::TopKChunks(dx.p, n, chunk, k, didx.p, nullptr).ok());
+      EXPECT_EQ(didx.Get(), idx) << n << " " << chunk;
+    }
+  }
+}
+
+TEST_F(Cuda, SubsetsMatchCpu) {
+  for (size_t chunk : {64u, 1000u, 4096u}) {
+    for (size_t n : {size_t{0}, size_t{1}, chunk - 1, chunk, chunk + 1, size_t{300000}}) {
+      const size_t k = chunk * 7 / 8, total = (n / chunk) * k + std::min(k, n % chunk);
+      std::vector<uint32_t> idx(total);
+      cpu::SubsetChunks(0xfeed + n, n, chunk, k, idx.data());
+      Dev<uint32_t> didx(total);
+      ASSERT_TRUE(cuda::SubsetChunks(0xfeed + n, n, chunk, k, didx.p, nullptr).ok());
       EXPECT_EQ(didx.Get(), idx) << n << " " << chunk;
     }
   }

@@ -35,6 +35,13 @@ uint64_t Ceil(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 // The payload size, written out independently of the codec for each scheme.
 uint64_t ExpectedBytes(const CodecConfig& c, uint64_t n) {
+  if (c.keep > 0) {  // a u32 seed, then the same layout over chunks of k kept elements
+    const uint64_t k = static_cast<uint64_t>(c.keep * c.chunk) / 8 * 8;
+    CodecConfig kept = c;
+    kept.keep = 0;
+    kept.chunk = static_cast<uint32_t>(k);
+    return 4 + ExpectedBytes(kept, (n / c.chunk) * k + std::min<uint64_t>(k, n % c.chunk));
+  }
   const uint64_t C = c.chunk, nc = Ceil(n, C), bins = 1ull << c.bits;
   uint64_t data = 0;
   switch (c.scheme) {
@@ -58,7 +65,8 @@ const char* kSpecs[] = {"dense-fp32", "dense-bf16", "quant:bits=1,chunk=64", "qu
                         "quant:bits=4,chunk=64", "quant:bits=8,chunk=64", "lloyd:bits=1,chunk=64",
                         "lloyd:bits=2,chunk=64", "lloyd:bits=4,chunk=64", "linear:bits=2,chunk=64",
                         "linear:bits=8,chunk=64", "topk:chunk=64,k=5,bits=2", "topk:chunk=64,k=5,bits=32",
-                        "topk:chunk=64,k=64,bits=8", "sign:chunk=64"};
+                        "topk:chunk=64,k=64,bits=8", "sign:chunk=64", "lloyd:bits=1,chunk=64,keep=0.75",
+                        "quant:bits=2,chunk=64,keep=0.5", "linear:bits=4,chunk=64,keep=0.9"};
 
 TEST(Codec, EverySchemeRoundTripsWithExactSizes) {
   for (const char* spec : kSpecs) {
@@ -217,8 +225,63 @@ TEST(Codec, VectorsStayDenseWhenAsked) {
             "topk:chunk=4096,k=8,bits=4,vectors=same");
 }
 
+// keep: codes for a seeded subset of min(k, length) elements per chunk, k = 0.9 * 4096
+// rounded down to a multiple of 8; the rest stay in e untouched, and fresh seeds reach
+// every element in a few rounds.
+TEST(Codec, KeepSendsASeededSubsetOfEachChunk) {
+  const CodecConfig c = *ParseCodec("lloyd:bits=2,chunk=4096,keep=0.9");
+  EXPECT_EQ(CodecName(c), "lloyd:bits=2,chunk=4096,keep=0.9");
+  EXPECT_EQ(PlanSegments({TensorShape{1, 8, false}}, *ParseCodec("lloyd:chunk=8,keep=0.5"))[0].k, 0u);  // k 8: all
+  EXPECT_EQ(PlanSegments({TensorShape{1, 64, false}}, *ParseCodec("lloyd:chunk=64,keep=0.01"))[0].k, 8u);
+  const size_t n = 3 * 4096 + 100;  // three full chunks and one of 100, all of it kept
+  const std::vector<Segment> segs = PlanSegments({TensorShape{4, n, false}}, c);
+  ASSERT_EQ(segs[0].k, 3680u);
+  const std::vector<float> x = Random(n, 5);
+  auto sent = [&](uint64_t seed, std::vector<float>* residual) {
+    *residual = x;
+    return Compress(segs, nullptr, 1.0f, residual->data(), seed);
+  };
+  std::vector<float> r1, r2, r3;
+  const std::string p1 = sent(11, &r1), p2 = sent(11, &r2), p3 = sent(12, &r3);
+  EXPECT_EQ(p1, p2);
+  EXPECT_EQ(r1, r2);
+  const std::vector<float> y1 = Decode(p1, n), y3 = Decode(p3, n);
+  size_t differ = 0;
+  for (size_t c0 = 0; c0 < n; c0 += 4096) {
+    size_t count = 0;
+    for (size_t i = c0; i < std::min(n, c0 + 4096); ++i) {
+      if (y1[i] == 0.0f) {
+        ASSERT_EQ(r1[i], x[i]) << i;  // not sent: e untouched
+      } else {
+        ++count;
+        ASSERT_NEAR(y1[i] + r1[i], x[i], 1e-6f * (1 + std::fabs(x[i]))) << i;
+      }
+      differ += (y1[i] == 0.0f) != (y3[i] == 0.0f);
+    }
+    EXPECT_EQ(count, std::min<size_t>(3680, n - c0)) << "chunk at " << c0;
+  }
+  EXPECT_GT(differ, 500u) << "another seed, another subset";
+  // Error feedback over rounds with a new seed each: every element is sent within 8 rounds,
+  // and decoded + residual = sum of inputs.
+  std::vector<float> ef(n, 0.0f), decoded(n, 0.0f);
+  std::vector<double> inputs(n, 0.0);
+  std::vector<bool> reached(n, false);
+  for (int r = 0; r < 8; ++r) {
+    const std::vector<float> delta = Random(n, 400 + r, 0.01f);
+    for (size_t i = 0; i < n; ++i) inputs[i] += delta[i];
+    const std::vector<float> y = Decode(Compress(segs, delta.data(), 1.0f, ef.data(), 1000 + r), n);
+    for (size_t i = 0; i < n; ++i) {
+      decoded[i] += y[i];
+      if (y[i] != 0.0f) reached[i] = true;
+    }
+  }
+  EXPECT_EQ(std::count(reached.begin(), reached.end(), false), 0);
+  for (size_t i = 0; i < n; ++i) ASSERT_NEAR(decoded[i] + ef[i], inputs[i], 1e-5) << i;
+}
+
 TEST(Codec, BadSpecsAreRefused) {
-  for (const char* spec : {"gzip", "quant:bits=3", "quant:chunk=12", "topk:chunk=100", "topk:k=0", "topk:k=5000",
+  for (const char* spec : {"lloyd:keep=0", "lloyd:keep=1.5", "lloyd:keep=x", "sign:keep=0.5", "topk:keep=0.5",
+                           "gzip", "quant:bits=3", "quant:chunk=12", "topk:chunk=100", "topk:k=0", "topk:k=5000",
                            "sign:bits=2", "quant:bits=x", "quant:color=2", "linear:bits=16", "quant:vectors=maybe", "lloyd:bits=8"}) {
     EXPECT_EQ(ParseCodec(spec).status().code(), absl::StatusCode::kInvalidArgument) << spec;
   }
@@ -297,7 +360,7 @@ TEST(Codec, SumPayloadsMatchesSequentialDecodingForAnyThreadCount) {
   const std::vector<TensorShape> shapes = {{64, 64 * 48, false}, {1, 300, true}, {32, 1024, false}, {1, 7, true}, {128, 2048, false}};
   size_t n = 0;
   for (const TensorShape& t : shapes) n += t.numel;
-  for (const char* spec : {"lloyd:bits=2,chunk=512", "topk:chunk=64,k=5,bits=2", "dense-fp32"}) {
+  for (const char* spec : {"lloyd:bits=2,chunk=512", "topk:chunk=64,k=5,bits=2", "dense-fp32", "lloyd:bits=1,chunk=512,keep=0.8"}) {
     const std::vector<Segment> plan = PlanSegments(shapes, *ParseCodec(spec));
     std::vector<std::string> payloads;
     std::vector<WeightedPayload> weighted;
@@ -345,7 +408,8 @@ TEST(Codec, CompressOnThreadsWritesTheSameBytes) {
   const std::vector<TensorShape> shapes = {{64, 64 * 48, false}, {1, 300, true}, {32, 1024, false}, {128, 2048, false}};
   size_t n = 0;
   for (const TensorShape& t : shapes) n += t.numel;
-  for (const char* spec : {"lloyd:bits=2,chunk=512", "topk:chunk=64,k=5,bits=2", "sign:chunk=4096,vectors=same"}) {
+  for (const char* spec : {"lloyd:bits=2,chunk=512", "topk:chunk=64,k=5,bits=2", "sign:chunk=4096,vectors=same",
+                           "quant:bits=2,chunk=512,keep=0.5"}) {
     const std::vector<Segment> plan = PlanSegments(shapes, *ParseCodec(spec));
     const std::vector<float> delta = Random(n, 3, 0.01f);
     std::vector<float> ef1 = Random(n, 4, 0.001f), ef3 = ef1;

@@ -172,7 +172,7 @@ TEST(Sign, PackAndScaledDecode) {
   const uint64_t seed = 77;
   cpu::SignPack(x.data(), x.size(), seed, bits.data());
   // Elements 2 and 3 are zeros: their bits are the seeded coins TieBit(seed + i).
-  const uint8_t coins = static_cast<uint8_t>(cpu::TieBit(seed + 2) << 2 | cpu::TieBit(seed + 3) << 3);
+  const uint8_t coins = static_cast<uint8_t>(TieBit(seed + 2) << 2 | TieBit(seed + 3) << 3);
   EXPECT_EQ(bits[0], 0b01010001 | coins);
   EXPECT_EQ(bits[1], 0b1);
   std::vector<float> sum(x.size(), 0.0f);
