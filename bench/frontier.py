@@ -38,17 +38,17 @@ METHODS = [
      ["--preset=diloco", "steps", "--outer_lr=1", "--outer_momentum=0", "--nesterov=false"]),
     ("diloco", "DiLoCo dense", ["--preset=diloco"]),
     ("diloco-2bit", "DiLoCo 2-bit+EF",
-     ["--preset=diloco", "--uplink_codec=lloyd:bits=2,chunk=512", "--downlink_codec=lloyd:bits=2,chunk=512"]),
+     ["--preset=diloco", "--uplink_codec=lloyd:bits=2,chunk=4096", "--downlink_codec=lloyd:bits=2,chunk=4096"]),
     ("muloco", "MuLoCo dense", ["--preset=muloco"]),
     ("muloco-2bit", "MuLoCo 2-bit+EF", ["--preset=muloco-2bit"]),
     ("muloco-topk", "MuLoCo top-k+2-bit+EF",
      ["--preset=muloco", "--outer_lr=0.7", "--uplink_codec=topk:chunk=4096,k=128,bits=2",
-      "--downlink_codec=lloyd:bits=2,chunk=512"]),
+      "--downlink_codec=lloyd:bits=2,chunk=4096"]),
     ("signmuon", "SignMuon (H=1, 1-bit votes)", ["--preset=signmuon", "steps"]),
     # The best setting found within 1 bit per parameter up and 2 down (bench/README.md, sweeps).
     ("muloco-1bit", "MuLoCo <=1 bit up, <=2 down",
-     ["--preset=muloco", "--outer_lr=0.7", "--uplink_codec=topk:chunk=4096,k=256,bits=2,vectors=same",
-      "--downlink_codec=lloyd:bits=1,chunk=4096,vectors=same"]),
+     ["--preset=muloco", "--uplink_codec=lloyd:bits=1,chunk=4096,keep=0.93,vectors=same",
+      "--downlink_codec=lloyd:bits=2,chunk=4096,keep=0.95,vectors=same"]),
 ]
 
 ROUND_RE = re.compile(r"round (\d+): train_loss (\S+), up (\d+) bytes .*?down (\d+) bytes")

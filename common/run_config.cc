@@ -32,7 +32,9 @@ struct Preset {
   const char* name;
   const char* fields;  // over kBase
 };
-// lloyd:bits=2,chunk=512 is 2.25 bits per element: 2-bit codes + a 4-float table per 512.
+// lloyd:bits=2,chunk=4096 is 2.03 bits per element: 2-bit codes + a 4-float table per 4096
+// (chunk by the frontier sweep, bench/README.md: 256 / 512 / 2048 / 4096 gave 2.4588 / 2.4657 /
+// 2.4649 / 2.4484 on muloco-2bit, so the largest, at the fewest bytes).
 constexpr Preset kPresets[] = {
     // Outer momentum 0.6, not the DiLoCo paper's 0.9 (at H = 500): on this model 0.9 overshoots
     // after the first round, and the frontier sweep (bench/README.md) gave 2.5885 / 2.5738 /
@@ -42,7 +44,7 @@ constexpr Preset kPresets[] = {
     // 2.4335 / 2.4073 for lr 0.5 / 0.7 / 1.0.
     {"muloco", R"pb(inner_optimizer: "muon" outer_lr: 1.0)pb"},
     {"muloco-2bit", R"pb(inner_optimizer: "muon" outer_lr: 1.0
-                         uplink_codec: "lloyd:bits=2,chunk=512" downlink_codec: "lloyd:bits=2,chunk=512")pb"},
+                         uplink_codec: "lloyd:bits=2,chunk=4096" downlink_codec: "lloyd:bits=2,chunk=4096")pb"},
     // Sign steps move |dW| = outer_lr x the inner schedule per coordinate, after the inner
     // optimizer's decoupled decay (run_server.cc); momentum lives in each worker's Muon.
     // lr 6e-3 by the sweep (3e-3 / 6e-3 / 1e-2: 2.2661 / 2.1668 / 2.2074).

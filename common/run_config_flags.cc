@@ -55,7 +55,7 @@ ABSL_FLAG(float, muon_momentum, D().muon_momentum(), "Muon momentum (EMA beta, N
 ABSL_FLAG(std::string, muon_scale, D().muon_scale(), "Muon update scale: shape (sqrt(max(1,rows/cols))) or adamw (0.2 sqrt(max(rows,cols)))");
 ABSL_FLAG(uint32_t, ns_steps, D().ns_steps(), "Newton-Schulz iterations");
 ABSL_FLAG(std::string, uplink_codec, D().uplink_codec(),
-          "Worker->server codec: dense-fp32, dense-bf16, lloyd:bits=2,chunk=512, quant:bits=2,chunk=4096, linear:bits=2,chunk=256, "
+          "Worker->server codec: dense-fp32, dense-bf16, lloyd:bits=2,chunk=4096[,keep=0.9], quant:bits=2,chunk=4096, linear:bits=2,chunk=256, "
           "topk:chunk=4096,k=32,bits=2, sign:chunk=4096 (see common/codec.h)");
 ABSL_FLAG(std::string, downlink_codec, D().downlink_codec(), "Server->worker codec (same choices)");
 ABSL_FLAG(float, ef_beta, D().ef_beta(), "Worker error-feedback decay: e <- ef_beta * e + delta");

@@ -44,8 +44,8 @@ def dense_payload(values, shapes, version=2):
     return _frame(entries, datas, version)
 
 
-def lloyd_payload(shapes, table, chunk=512, bits=2, vector_values=0.0):
-    """The run codec "lloyd:bits=2,chunk=512" (vectors dense): every chunk decodes through
+def lloyd_payload(shapes, table, chunk=4096, bits=2, vector_values=0.0):
+    """The default preset's codec "lloyd:bits=2,chunk=4096" (vectors dense): every chunk decodes through
     `table` (2^bits floats) with all codes 0, so each matrix element decodes to table[0];
     vectors are dense fp32 `vector_values`."""
     entries, datas = [], []

@@ -35,6 +35,11 @@ class Frontier(unittest.TestCase):
         kept = [(n // 4096) * 32 + min(32, n % 4096) for n in matrices]
         topk = sum((k * 12 + 7) // 8 + 16 + (2 * k + 7) // 8 for k in kept)
         self.assertEqual(frontier.payload_bytes("topk:chunk=4096,k=32,bits=2", shapes), overhead + 4 * 640 + topk)
+        # 1-bit Lloyd on a seeded 3808 of each 4096 (keep 0.93), vectors too: per segment a u32
+        # seed, then 2 floats and 1 bit per kept element for each chunk of 3808 kept.
+        kept = [(n // 4096) * 3808 + min(3808, n % 4096) for _, n, _ in shapes]
+        keep = sum(4 + -(-k // 3808) * 8 + (k + 7) // 8 for k in kept)
+        self.assertEqual(frontier.payload_bytes("lloyd:bits=1,chunk=4096,keep=0.93,vectors=same", shapes), overhead + keep)
 
     def test_every_method_runs_and_its_bytes_are_exact(self):
         out = tempfile.mkdtemp(prefix="muloco_frontier_test_")
