@@ -37,6 +37,7 @@ within() {
   timeout "$s" "$@"
 }
 
+[ -x /usr/local/cuda/bin/nvcc ] && PATH=/usr/local/cuda/bin:$PATH  # often not on PATH in fresh images
 : >"$SUMMARY"
 step "device"
 row device "$(nvidia-smi --query-gpu=name,memory.total,driver_version,compute_mode --format=csv,noheader 2>&1 | head -1)"
@@ -51,11 +52,21 @@ tests/gpu/unpack_debs.sh "$DEPS" >"$RES/unpack.log" 2>&1 || { tail -20 "$RES/unp
 . "$DEPS/env.sh"
 row torch "$($PY -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "cxx11abi", torch._C._GLIBCXX_USE_CXX11_ABI)' 2>&1 | tail -1)"
 TORCH_PREFIX=$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')
+TORCH_ABI=$($PY -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))' 2>/dev/null)
+# The toolkit's CUDA runtime is loaded first (our kernels link it) and serves LibTorch too:
+# it must be the major version PyTorch was built for, and no older.
+TORCH_CUDA=$($PY -c 'import torch; print(torch.version.cuda or "")' 2>/dev/null)
+NVCC_CUDA=$(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+if [ "${TORCH_CUDA%%.*}" != "${NVCC_CUDA%%.*}" ] || [ "$(printf '%s\n' "$TORCH_CUDA" "$NVCC_CUDA" | sort -V | head -1)" != "$TORCH_CUDA" ]; then
+  row "cuda versions" "WARNING: toolkit $NVCC_CUDA, PyTorch built for ${TORCH_CUDA:-none}: stage 2 may fail to load"
+fi
+# CMake 3.24+ knows "native"; older ones get the GPU's compute capability (9.0 -> 90).
+CUDA_ARCH=${CUDA_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')}
 
 step "stage 1: kernels and codec"
 ARCH=(-DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-native}")
-if cmake -S . -B "$BUILD-codec" $GEN -C "$DEPS/gpu-deps.cmake" -DMULOCO_KERNELS_ONLY=ON -DCMAKE_BUILD_TYPE=Release \
-     "${ARCH[@]}" >"$RES/configure1.log" 2>&1 &&
+if within 60 cmake -S . -B "$BUILD-codec" $GEN -C "$DEPS/gpu-deps.cmake" -DMULOCO_KERNELS_ONLY=ON \
+     -DCMAKE_BUILD_TYPE=Release "${ARCH[@]}" >"$RES/configure1.log" 2>&1 &&
    within 180 cmake --build "$BUILD-codec" -j "$(nproc)" >"$RES/build1.log" 2>&1; then
   for t in kernels_test cuda_kernels_test codec_golden_test codec_cuda_test; do
     if within 60 "$BUILD-codec/tests/$t" >"$RES/$t.log" 2>&1; then
@@ -71,8 +82,12 @@ else
 fi
 
 step "stage 2: server, worker and benchmarks against CUDA LibTorch"
-if cmake -S . -B "$BUILD" $GEN -C "$DEPS/gpu-deps.cmake" -DCMAKE_BUILD_TYPE=Release \
-     -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$CMAKE_PREFIX_PATH" "${ARCH[@]}" >"$RES/configure2.log" 2>&1 &&
+PREFIXES=$TORCH_PREFIX${CMAKE_PREFIX_PATH:+;${CMAKE_PREFIX_PATH//:/;}}
+if [ "$TORCH_ABI" != 1 ]; then
+  # Debian's gRPC, protobuf and abseil use the C++11 ABI; pip wheels before PyTorch 2.7 do not.
+  row stage2 "SKIP: this PyTorch uses the pre-C++11 ABI (needs PyTorch >= 2.7, or a cxx11-abi LibTorch)"; status=1
+elif within 120 cmake -S . -B "$BUILD" $GEN -C "$DEPS/gpu-deps.cmake" -DCMAKE_BUILD_TYPE=Release \
+     -DCMAKE_PREFIX_PATH="$PREFIXES" "${ARCH[@]}" >"$RES/configure2.log" 2>&1 &&
    within 300 cmake --build "$BUILD" -j "$(nproc)" --target muloco-server muloco-worker train_speed muon_speed \
      >"$RES/build2.log" 2>&1; then
   for dtype in fp32 bf16; do
