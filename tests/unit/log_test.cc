@@ -4,6 +4,7 @@
 #include "common/log.h"
 
 #include <gtest/gtest.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -19,6 +20,14 @@
 
 namespace muloco {
 namespace {
+
+// Seconds on the clock the logger stamps lines with (gettimeofday): time() reads a coarser
+// clock that can still say second N when the logger's already says N+1.
+time_t WallSeconds() {
+  timeval tv;
+  gettimeofday(&tv, nullptr);
+  return tv.tv_sec;
+}
 
 // Redirects fd 2 to a temp file while alive; Lines() reads what was written so far.
 class CaptureStderr {
@@ -66,11 +75,11 @@ const std::regex kLine(
 
 TEST(Log, LineShapeAndLevels) {
   CaptureStderr capture;
-  const time_t before = time(nullptr);
+  const time_t before = WallSeconds();
   Logf("server", "round %d closed: %s", 3, "2 contributors");
   LogWarn("worker w0", "server unavailable (%s); retrying", "connection refused");
   LogError("worker w1", "%s", "INTERNAL: boom");
-  const time_t after = time(nullptr);
+  const time_t after = WallSeconds();
   capture.Restore();
   const std::vector<std::string> lines = capture.Lines();
   ASSERT_EQ(lines.size(), 3u) << capture.Text();
