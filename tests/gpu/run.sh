@@ -42,12 +42,12 @@ within() {
 step "device"
 row device "$(nvidia-smi --query-gpu=name,memory.total,driver_version,compute_mode --format=csv,noheader 2>&1 | head -1)"
 row date "$(date -u +%F)"
-row nvcc "$(nvcc --version 2>/dev/null | tail -1 || echo 'none on PATH')"
+row nvcc "$(nvcc --version 2>/dev/null | tail -n 1 || echo 'none on PATH')"
 command -v nvcc >/dev/null || { echo "no nvcc: the CUDA toolkit is needed to build the kernels"; exit 2; }
 [ -d .gpu-debs ] || { echo "no .gpu-debs: run tests/gpu/fetch_debs.sh on Debian 12 and carry .gpu-debs"; exit 2; }
 
 step "dependencies from .gpu-debs"
-tests/gpu/unpack_debs.sh "$DEPS" >"$RES/unpack.log" 2>&1 || { tail -20 "$RES/unpack.log"; exit 2; }
+tests/gpu/unpack_debs.sh "$DEPS" >"$RES/unpack.log" 2>&1 || { tail -n 20 "$RES/unpack.log"; exit 2; }
 # shellcheck disable=SC1091
 . "$DEPS/env.sh"
 row torch "$($PY -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "cxx11abi", torch._C._GLIBCXX_USE_CXX11_ABI)' 2>&1 | tail -1)"
@@ -72,13 +72,13 @@ if within 60 cmake -S . -B "$BUILD-codec" $GEN -C "$DEPS/gpu-deps.cmake" -DMULOC
     if within 60 "$BUILD-codec/tests/$t" >"$RES/$t.log" 2>&1; then
       row "$t" "pass: $(grep -c '^\[       OK' "$RES/$t.log") passed, $(grep -c '^\[  SKIPPED \] .* ([0-9]* ms)' "$RES/$t.log") skipped"
     else
-      tail -30 "$RES/$t.log"; row "$t" "FAIL (log: $t.log)"; status=1
+      tail -n 30 "$RES/$t.log"; row "$t" "FAIL (log: $t.log)"; status=1
     fi
   done
   within 60 "$BUILD-codec/bench/cuda_speed" >"$RES/cuda_speed.txt" 2>&1 || status=1
   cat "$RES/cuda_speed.txt"
 else
-  tail -30 "$RES/configure1.log" "$RES/build1.log"; row stage1 "FAIL: build (logs configure1.log, build1.log)"; status=1
+  tail -n 30 "$RES/configure1.log" "$RES/build1.log"; row stage1 "FAIL: build (logs configure1.log, build1.log)"; status=1
 fi
 
 step "stage 2: server, worker and benchmarks against CUDA LibTorch"
@@ -110,7 +110,7 @@ elif within 120 cmake -S . -B "$BUILD" $GEN -C "$DEPS/gpu-deps.cmake" -DCMAKE_BU
   done
   within 60 "$BUILD/bench/muon_speed" --device=cuda >"$RES/muon_speed.txt" 2>&1 || status=1
 else
-  tail -40 "$RES/configure2.log" "$RES/build2.log"; row stage2 "FAIL: build (logs configure2.log, build2.log)"; status=1
+  tail -n 40 "$RES/configure2.log" "$RES/build2.log"; row stage2 "FAIL: build (logs configure2.log, build2.log)"; status=1
 fi
 
 step "summary"
