@@ -20,6 +20,7 @@
 #include <future>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/ascii.h"
@@ -137,13 +138,43 @@ class WorkerSession {
   int Run();
 
  private:
+  // One round's local training (Train).
+  struct Trained {
+    double loss = 0, seconds = 0;
+    absl::StatusOr<bool> keep = true;  // false: the round's training is dropped (overlap: resynced or done)
+  };
+
+  // Join, data, trainer, uplink, heartbeats and the first model fetch; an exit code when the
+  // run cannot start (nullopt: it goes on).
+  std::optional<int> Start();
+  // Evaluates the public model every eval_every rounds, and always when `final`.
+  void MaybeEvaluate(bool final = false);
+  // The run ends for this worker after `x`: the final round closed, or --leave_after.
+  bool Finished(const Exchanged& x);
+  // Overlap: ends the exchange in flight. Once its update is applied, the trainer's
+  // parameters move onto the new public model keeping the progress made since the push:
+  // θ ← θ_pub + (θ − θ_push); the next pseudo-gradient θ_pub − θ_end then counts only that
+  // progress. Returns whether training goes on (false: resynced, or this worker is done).
+  absl::StatusOr<bool> Land();
+  // Trains round r from the public model, or (continuing, with --overlap) on from where the
+  // last round's training left off; an update in flight lands between steps (Land).
+  Trained Train(uint64_t r, bool continuing);
+  // Whether the trained update may be pushed. A non-finite or out-of-range one (or an
+  // injected fault) resets the optimizer and resyncs (false), and is an error after three
+  // rounds in a row.
+  absl::StatusOr<bool> Sound(uint64_t r);
+  // Encodes and pushes round r: with --overlap its exchange flies beside the next round's
+  // training; otherwise it is exchanged and settled here. CANCELLED on a stop signal.
+  absl::Status Push(uint64_t r, const Trained& t);
+  // The final evaluation, Leave, --save_final, and the final lines. Returns the exit code.
+  int Finish();
   absl::Status Join(double timeout_s);
   absl::Status Resync();
   // Ends the run with an error (or, when a stop signal came meanwhile, with Stop()).
   int Fail(const absl::Status& s);
   // Leaves on a stop signal; the round in progress is dropped, the exchange in flight (if
-  // any, and not null) is waited for (its await is cancelled). Returns 0.
-  int Stop(std::future<Exchanged>* in_flight = nullptr);
+  // any) is waited for (its await is cancelled). Returns 0.
+  int Stop();
   // One round's push and wait: Push (ALREADY_EXISTS: an earlier try got through), commit
   // the uplink's error feedback, AwaitRound (both retried), apply the update to the replica.
   // On the main thread, or with --overlap beside the next round's training; it touches only
@@ -187,6 +218,21 @@ class WorkerSession {
   double first_val_ = -1, last_val_ = -1;   // validation losses (-1: none yet)
   uint64_t n_ = 0;                          // parameters of the model (for size notes)
   Histogram inner_steps_{DurationBuckets()};  // thread-safe: the metrics endpoint reads it
+  // The rounds (Run), set up by Start.
+  std::optional<Corpus> corpus_;
+  std::unique_ptr<Trainer> trainer_;
+  std::unique_ptr<Uplink> uplink_;
+  std::unique_ptr<PeriodicThread> heartbeat_;
+  bool signmuon_ = false, overlap_ = false;
+  uint64_t tokens_per_step_ = 0;
+  uint64_t last_eval_ = ~uint64_t{0};  // round of the last evaluation
+  std::future<Exchanged> in_flight_;   // overlap: the last pushed round's exchange, while the next trains
+  PushedRound flying_;                 // what in_flight_ pushed
+  bool done_ = false;                  // the run is over for this worker
+  double wait_s_ = 0;                  // this round's training waited this long for the server
+  uint32_t steps_done_ = 0;            // of the round training now
+  int bad_rounds_ = 0;                 // rejected updates in a row (Sound)
+  uint32_t injected_faults_ = 0;       // --fault_nonfinite_rounds so far
 };
 
 bool WorkerSession::Nap(double s) {
@@ -249,8 +295,8 @@ int WorkerSession::Fail(const absl::Status& s) {
   return 1;
 }
 
-int WorkerSession::Stop(std::future<Exchanged>* in_flight) {
-  if (in_flight != nullptr && in_flight->valid()) in_flight->wait();
+int WorkerSession::Stop() {
+  if (in_flight_.valid()) in_flight_.wait();
   Logf(tag_.c_str(), "leaving: %s at round %llu", SignalName(o_.stop_signal->load()),
        static_cast<unsigned long long>(pub_.round()));
   if (id_ == 0) return 0;  // never joined
@@ -306,6 +352,31 @@ int WorkerSession::Run() {
       return false;
     });
   }
+  if (std::optional<int> code = Start()) return *code;
+  while (!done_) {
+    if (Stopping()) return Stop();
+    const bool continuing = in_flight_.valid();
+    const uint64_t r = continuing ? flying_.round + 1 : pub_.round();
+    if (!continuing) {
+      if (r >= config_.total_rounds()) break;  // resynced after the run ended: the final model is ours
+      MaybeEvaluate();
+    }
+    Trained t = Train(r, continuing);
+    if (Stopping()) return Stop();  // never push a partial round
+    if (t.keep.ok() && *t.keep && in_flight_.valid()) t.keep = Land();
+    if (!t.keep.ok()) return Fail(t.keep.status());
+    if (!*t.keep || done_ || r >= config_.total_rounds()) continue;
+    train_seconds_ += t.seconds;
+    if (continuing) trainer_->DeltaFrom(pub_.params().data());  // rebased: Δ = θ_pub − θ_end
+    absl::StatusOr<bool> sound = Sound(r);
+    if (!sound.ok()) return Fail(sound.status());
+    if (!*sound) continue;
+    if (absl::Status s = Push(r, t); !s.ok()) return Fail(s);
+  }
+  return Finish();
+}
+
+std::optional<int> WorkerSession::Start() {
   if (absl::Status s = Join(o_.connect_timeout_s); !s.ok()) {
     if (Stopping()) return Stop();
     LogError(tag_.c_str(), "cannot join %s: %s", client_.Describe().c_str(), s.ToString().c_str());
@@ -314,21 +385,22 @@ int WorkerSession::Run() {
   absl::StatusOr<Corpus> corpus =
       LoadCorpus(o_.data, o_.val_data, config_.model().vocab_size(), config_.model().context());
   if (!corpus.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat("data: ", corpus.status().message())));
-  Logf(tag_.c_str(), "data %s; device %s", corpus->description.c_str(), o_.device.Name().c_str());
-  auto trainer = std::make_unique<Trainer>(config_, &*corpus, config_.data_seed() + join_index_, o_.device);
+  corpus_.emplace(*std::move(corpus));
+  Logf(tag_.c_str(), "data %s; device %s", corpus_->description.c_str(), o_.device.Name().c_str());
+  trainer_ = std::make_unique<Trainer>(config_, &*corpus_, config_.data_seed() + join_index_, o_.device);
   const ParamLayout layout = GptLayout(config_.model());
-  const size_t n = TotalParams(layout);
-  const bool signmuon = KindsOf(config_).mode == RunMode::kSignMuon;
-  const bool overlap = o_.overlap && !signmuon;
-  if (o_.overlap && signmuon) {
+  n_ = TotalParams(layout);
+  signmuon_ = KindsOf(config_).mode == RunMode::kSignMuon;
+  overlap_ = o_.overlap && !signmuon_;
+  if (o_.overlap && signmuon_) {
     LogWarn(tag_.c_str(), "--overlap: SignMuon takes one step per round, nothing to overlap; running without it");
   }
-  Uplink uplink(PlanSegments(CodecShapes(layout), *ParseCodec(config_.uplink_codec())), signmuon, config_.ef_beta(), n,
-                config_.data_seed() + join_index_, o_.device);
-  if (!uplink.status().ok()) return Fail(uplink.status());
+  uplink_ = std::make_unique<Uplink>(PlanSegments(CodecShapes(layout), *ParseCodec(config_.uplink_codec())), signmuon_,
+                                     config_.ef_beta(), n_, config_.data_seed() + join_index_, o_.device);
+  if (!uplink_->status().ok()) return Fail(uplink_->status());
   // Heartbeats for the current id (it changes on a rejoin) with the worker's counters; a
   // failure shows up on the next real call.
-  auto heartbeat = std::make_unique<PeriodicThread>(o_.heartbeat_s, [this] {
+  heartbeat_ = std::make_unique<PeriodicThread>(o_.heartbeat_s, [this] {
     v1::WorkerReport report;
     {
       std::lock_guard<std::mutex> lock(stats_mu_);
@@ -338,149 +410,131 @@ int WorkerSession::Run() {
     return true;
   });
   if (absl::Status s = Resync(); !s.ok()) return Fail(s);
+  tokens_per_step_ = uint64_t{config_.batch_size()} * config_.model().context();
+  tokens_per_round_ = (signmuon_ ? 1 : config_.inner_steps()) * tokens_per_step_;
+  return std::nullopt;
+}
 
-  n_ = n;
-  const uint64_t tokens_per_step = uint64_t{config_.batch_size()} * config_.model().context();
-  tokens_per_round_ = (signmuon ? 1 : config_.inner_steps()) * tokens_per_step;
-  uint64_t last_eval = ~uint64_t{0};
-  // Evaluates the public model every eval_every rounds, and always when `final`.
-  auto maybe_evaluate = [&](bool final = false) {
-    const uint64_t r = pub_.round();
-    const bool due = config_.eval_every() && r % config_.eval_every() == 0 && r != last_eval;
-    if (!due && !final) return;
-    last_eval = r;
-    last_val_ = trainer->Evaluate(pub_.params().data());
-    Count([&](WorkerStats& st) { st.val_loss = last_val_; });
-    if (first_val_ < 0) first_val_ = last_val_;
-    Logf(tag_.c_str(), "eval: round %llu val_loss %.4f", static_cast<unsigned long long>(r), last_val_);
-  };
-  // The run ends for this worker after `x`: the final round closed, or --leave_after.
-  auto finished = [&](const Exchanged& x) {
-    if (x.result.done) return true;
-    if (!o_.leave_after || stats_.rounds_done < o_.leave_after) return false;
-    Logf(tag_.c_str(), "leaving after %llu rounds (--leave_after)", static_cast<unsigned long long>(stats_.rounds_done));
-    return true;
-  };
-  // Overlap: the last pushed round's exchange, running while the next round trains.
-  std::future<Exchanged> in_flight;
-  PushedRound flying;  // what in_flight pushed
-  bool done = false;
-  double wait_s = 0;          // this round's training waited this long for the server
-  uint32_t steps_done = 0;    // of the round training now
-  // Overlap: ends the exchange in flight. Once its update is applied, the trainer's
-  // parameters move onto the new public model keeping the progress made since the push:
-  // θ ← θ_pub + (θ − θ_push); the next pseudo-gradient θ_pub − θ_end then counts only that
-  // progress. Returns whether training goes on (false: resynced, or this worker is done).
-  auto land = [&]() -> absl::StatusOr<bool> {
-    const auto t0 = std::chrono::steady_clock::now();
-    const Exchanged x = in_flight.get();
-    wait_s += Seconds(std::chrono::steady_clock::now() - t0);
-    absl::StatusOr<bool> applied = Settle(x, flying, wait_s, uplink);
-    if (!applied.ok() || !*applied) return applied;
-    if (finished(x)) {
-      done = true;
-      return false;
-    }
-    trainer->Rebase(pub_.params().data());
-    Logf(tag_.c_str(), "round %llu: rebased onto round %llu's model after %u of %u steps",
-         static_cast<unsigned long long>(flying.round + 1), static_cast<unsigned long long>(pub_.round()), steps_done,
-         config_.inner_steps());
-    maybe_evaluate();
-    return true;
-  };
-  constexpr int kMaxBadRounds = 3;
-  int bad_rounds = 0;  // in a row
-  uint32_t injected_faults = 0;
-  while (!done) {
-    if (Stopping()) return Stop(&in_flight);
-    const bool continuing = in_flight.valid();
-    const uint64_t r = continuing ? flying.round + 1 : pub_.round();
-    if (!continuing) {
-      if (r >= config_.total_rounds()) break;  // resynced after the run ended: the final model is ours
-      maybe_evaluate();
-    }
-    wait_s = 0;
-    steps_done = 0;
-    absl::StatusOr<bool> keep = true;  // false: the round's training is dropped (overlap: resynced or done)
-    double train_loss = 0, train_s = 0;
-    if (r < config_.total_rounds()) {
-      const auto train_start = std::chrono::steady_clock::now();
-      RoundProgress progress(tag_, o_.progress_s, r, config_.inner_steps(), tokens_per_step);
-      auto step_start = train_start;
-      auto after_step = [&](uint32_t steps) {
-        const auto now = std::chrono::steady_clock::now();
-        inner_steps_.Observe(Seconds(now - step_start));
-        step_start = now;
-        steps_done = steps;
-        progress.AfterStep(steps);
-        // The update lands as soon as it arrives, or (--overlap_steps=K) after exactly K steps,
-        // waiting for it there if need be: the same trajectory whatever the timing.
-        const bool land_now =
-            in_flight.valid() && (o_.overlap_steps ? steps == o_.overlap_steps
-                                                   : in_flight.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
-        if (land_now) {
-          keep = land();  // the update arrived mid-round: rebase now
-          if (!keep.ok() || !*keep) return false;
-        }
-        return !Stopping();
-      };
-      if (signmuon) {
-        train_loss = trainer->SignDirection(pub_.params().data());
-        inner_steps_.Observe(Seconds(std::chrono::steady_clock::now() - train_start));
-      } else if (continuing) {
-        train_loss = trainer->TrainSteps(r * config_.inner_steps(), after_step);
-      } else {
-        train_loss = trainer->TrainRound(pub_.params().data(), r * config_.inner_steps(), after_step);
-      }
-      train_s = Seconds(std::chrono::steady_clock::now() - train_start);
-    }
-    if (Stopping()) return Stop(&in_flight);  // never push a partial round
-    if (keep.ok() && *keep && in_flight.valid()) keep = land();
-    if (!keep.ok()) return Fail(keep.status());
-    if (!*keep || done || r >= config_.total_rounds()) continue;
-    train_seconds_ += train_s;
-    if (continuing) trainer->DeltaFrom(pub_.params().data());  // rebased: Δ = θ_pub − θ_end
-    if (injected_faults < o_.fault_nonfinite_rounds) {
-      ++injected_faults;
-      trainer->delta().Set(0, std::numeric_limits<float>::quiet_NaN());
-    }
-    // Never push a non-finite update, or one beyond what a payload may carry: start over from
-    // the server's model.
-    if (!trainer->delta().AllWithin(kMaxAbsValue)) {
-      LogWarn(tag_.c_str(),
-              "round %llu: the update is non-finite or out of range; resetting the optimizer and resyncing",
-              static_cast<unsigned long long>(r));
-      if (++bad_rounds >= kMaxBadRounds) {
-        return Fail(absl::InternalError(absl::StrCat("training gave non-finite or out-of-range updates ", bad_rounds,
-                                                     " rounds in a row from the server's model: lower the learning rate")));
-      }
-      trainer = std::make_unique<Trainer>(config_, &*corpus, config_.data_seed() + join_index_, o_.device);
-      uplink.Reset();
-      if (absl::Status s = Resync(); !s.ok()) return Fail(s);
-      continue;
-    }
-    bad_rounds = 0;
-    absl::StatusOr<std::string> encoded = uplink.Encode(trainer->delta().data(), r);
-    if (!encoded.ok()) return Fail(encoded.status());  // the device failed mid-run
-    std::string payload = *std::move(encoded);
-    const PushedRound pushed{r, payload.size(), train_loss, train_s, signmuon ? 1 : config_.inner_steps()};
-    if (overlap) {  // train the next round while this one is pushed, aggregated and sent back
-      trainer->MarkPush();
-      flying = pushed;
-      in_flight = std::async(std::launch::async, [this, r, payload = std::move(payload), train_loss, &uplink] {
-        return Exchange(r, payload, static_cast<float>(train_loss), &uplink);
-      });
-      continue;
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    const Exchanged x = Exchange(r, payload, static_cast<float>(train_loss), &uplink);
-    if (Stopping()) return Stop(nullptr);
-    absl::StatusOr<bool> applied = Settle(x, pushed, Seconds(std::chrono::steady_clock::now() - t0), uplink);
-    if (!applied.ok()) return Fail(applied.status());
-    done = *applied && finished(x);
+void WorkerSession::MaybeEvaluate(bool final) {
+  const uint64_t r = pub_.round();
+  const bool due = config_.eval_every() && r % config_.eval_every() == 0 && r != last_eval_;
+  if (!due && !final) return;
+  last_eval_ = r;
+  last_val_ = trainer_->Evaluate(pub_.params().data());
+  Count([&](WorkerStats& st) { st.val_loss = last_val_; });
+  if (first_val_ < 0) first_val_ = last_val_;
+  Logf(tag_.c_str(), "eval: round %llu val_loss %.4f", static_cast<unsigned long long>(r), last_val_);
+}
+
+bool WorkerSession::Finished(const Exchanged& x) {
+  if (x.result.done) return true;
+  if (!o_.leave_after || stats_.rounds_done < o_.leave_after) return false;
+  Logf(tag_.c_str(), "leaving after %llu rounds (--leave_after)", static_cast<unsigned long long>(stats_.rounds_done));
+  return true;
+}
+
+absl::StatusOr<bool> WorkerSession::Land() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Exchanged x = in_flight_.get();
+  wait_s_ += Seconds(std::chrono::steady_clock::now() - t0);
+  absl::StatusOr<bool> applied = Settle(x, flying_, wait_s_, *uplink_);
+  if (!applied.ok() || !*applied) return applied;
+  if (Finished(x)) {
+    done_ = true;
+    return false;
   }
-  maybe_evaluate(/*final=*/true);
-  heartbeat.reset();
+  trainer_->Rebase(pub_.params().data());
+  Logf(tag_.c_str(), "round %llu: rebased onto round %llu's model after %u of %u steps",
+       static_cast<unsigned long long>(flying_.round + 1), static_cast<unsigned long long>(pub_.round()), steps_done_,
+       config_.inner_steps());
+  MaybeEvaluate();
+  return true;
+}
+
+WorkerSession::Trained WorkerSession::Train(uint64_t r, bool continuing) {
+  Trained t;
+  wait_s_ = 0;
+  steps_done_ = 0;
+  if (r >= config_.total_rounds()) return t;
+  const auto train_start = std::chrono::steady_clock::now();
+  RoundProgress progress(tag_, o_.progress_s, r, config_.inner_steps(), tokens_per_step_);
+  auto step_start = train_start;
+  auto after_step = [&](uint32_t steps) {
+    const auto now = std::chrono::steady_clock::now();
+    inner_steps_.Observe(Seconds(now - step_start));
+    step_start = now;
+    steps_done_ = steps;
+    progress.AfterStep(steps);
+    // The update lands as soon as it arrives, or (--overlap_steps=K) after exactly K steps,
+    // waiting for it there if need be: the same trajectory whatever the timing.
+    const bool land_now =
+        in_flight_.valid() && (o_.overlap_steps ? steps == o_.overlap_steps
+                                                : in_flight_.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
+    if (land_now) {
+      t.keep = Land();  // the update arrived mid-round: rebase now
+      if (!t.keep.ok() || !*t.keep) return false;
+    }
+    return !Stopping();
+  };
+  if (signmuon_) {
+    t.loss = trainer_->SignDirection(pub_.params().data());
+    inner_steps_.Observe(Seconds(std::chrono::steady_clock::now() - train_start));
+  } else if (continuing) {
+    t.loss = trainer_->TrainSteps(r * config_.inner_steps(), after_step);
+  } else {
+    t.loss = trainer_->TrainRound(pub_.params().data(), r * config_.inner_steps(), after_step);
+  }
+  t.seconds = Seconds(std::chrono::steady_clock::now() - train_start);
+  return t;
+}
+
+absl::StatusOr<bool> WorkerSession::Sound(uint64_t r) {
+  constexpr int kMaxBadRounds = 3;
+  if (injected_faults_ < o_.fault_nonfinite_rounds) {
+    ++injected_faults_;
+    trainer_->delta().Set(0, std::numeric_limits<float>::quiet_NaN());
+  }
+  if (trainer_->delta().AllWithin(kMaxAbsValue)) {
+    bad_rounds_ = 0;
+    return true;
+  }
+  LogWarn(tag_.c_str(), "round %llu: the update is non-finite or out of range; resetting the optimizer and resyncing",
+          static_cast<unsigned long long>(r));
+  if (++bad_rounds_ >= kMaxBadRounds) {
+    return absl::InternalError(absl::StrCat("training gave non-finite or out-of-range updates ", bad_rounds_,
+                                            " rounds in a row from the server's model: lower the learning rate"));
+  }
+  trainer_ = std::make_unique<Trainer>(config_, &*corpus_, config_.data_seed() + join_index_, o_.device);
+  uplink_->Reset();
+  if (absl::Status s = Resync(); !s.ok()) return s;
+  return false;
+}
+
+absl::Status WorkerSession::Push(uint64_t r, const Trained& t) {
+  absl::StatusOr<std::string> encoded = uplink_->Encode(trainer_->delta().data(), r);
+  if (!encoded.ok()) return encoded.status();  // the device failed mid-run
+  std::string payload = *std::move(encoded);
+  const PushedRound pushed{r, payload.size(), t.loss, t.seconds, signmuon_ ? 1 : config_.inner_steps()};
+  if (overlap_) {  // train the next round while this one is pushed, aggregated and sent back
+    trainer_->MarkPush();
+    flying_ = pushed;
+    in_flight_ = std::async(std::launch::async, [this, r, payload = std::move(payload), loss = t.loss] {
+      return Exchange(r, payload, static_cast<float>(loss), uplink_.get());
+    });
+    return absl::OkStatus();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const Exchanged x = Exchange(r, payload, static_cast<float>(t.loss), uplink_.get());
+  if (Stopping()) return absl::CancelledError("stop signal");  // Fail leaves through Stop
+  absl::StatusOr<bool> applied = Settle(x, pushed, Seconds(std::chrono::steady_clock::now() - t0), *uplink_);
+  if (!applied.ok()) return applied.status();
+  done_ = *applied && Finished(x);
+  return absl::OkStatus();
+}
+
+int WorkerSession::Finish() {
+  MaybeEvaluate(/*final=*/true);
+  heartbeat_.reset();
   client_.Leave(id_.load()).IgnoreError();
   if (!o_.save_final.empty()) {
     if (absl::Status s = WriteFloatsAtomic(o_.save_final, pub_.params()); !s.ok()) return Fail(s);
