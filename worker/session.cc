@@ -218,7 +218,10 @@ class WorkerSession {
   double first_val_ = -1, last_val_ = -1;   // validation losses (-1: none yet)
   uint64_t n_ = 0;                          // parameters of the model (for size notes)
   Histogram inner_steps_{DurationBuckets()};  // thread-safe: the metrics endpoint reads it
-  // The rounds (Run), set up by Start.
+  // The run (Run), set up by Start. Declared before in_flight_, so that an exchange still in
+  // flight when the session ends (an exception) finishes while these serve it.
+  std::unique_ptr<MetricsEndpoint> metrics_;
+  std::unique_ptr<PeriodicThread> stop_watcher_;  // cancels awaits on a stop signal
   std::optional<Corpus> corpus_;
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<Uplink> uplink_;
@@ -291,6 +294,7 @@ absl::Status WorkerSession::Resync() {
 int WorkerSession::Fail(const absl::Status& s) {
   if (Stopping()) return Stop();
   LogError(tag_.c_str(), "%s", s.ToString().c_str());
+  heartbeat_.reset();  // none after Leave
   client_.Leave(id_.load()).IgnoreError();
   return 1;
 }
@@ -300,6 +304,7 @@ int WorkerSession::Stop() {
   Logf(tag_.c_str(), "leaving: %s at round %llu", SignalName(o_.stop_signal->load()),
        static_cast<unsigned long long>(pub_.round()));
   if (id_ == 0) return 0;  // never joined
+  heartbeat_.reset();        // none after Leave
   if (absl::Status s = client_.Leave(id_.load()); !s.ok()) {
     LogWarn(tag_.c_str(), "Leave failed (%s); the server will evict this worker", s.ToString().c_str());
   }
@@ -328,7 +333,7 @@ void WorkerSession::LogSummary() const {
 
 int WorkerSession::Run() {
   bool metrics_failed = false;
-  std::unique_ptr<MetricsEndpoint> metrics = StartMetricsOrReport(
+  metrics_ = StartMetricsOrReport(
       o_.metrics_listen, "worker",
       [this] {
         std::lock_guard<std::mutex> lock(stats_mu_);
@@ -344,15 +349,14 @@ int WorkerSession::Run() {
   if (metrics_failed) return 2;
   // Cancels a round's long poll at once on a stop signal (checks elsewhere are between steps;
   // polled: a signal handler can only set a flag).
-  std::unique_ptr<PeriodicThread> stop_watcher;
   if (o_.stop_signal != nullptr) {
-    stop_watcher = std::make_unique<PeriodicThread>(0.05, [this] {
+    stop_watcher_ = std::make_unique<PeriodicThread>(0.05, [this] {
       if (o_.stop_signal->load() == 0) return true;
       client_.CancelAwaits();
       return false;
     });
   }
-  if (std::optional<int> code = Start()) return *code;
+  if (std::optional<int> code = Start()) return *code;  // could not start (or stopped): the exit code
   while (!done_) {
     if (Stopping()) return Stop();
     const bool continuing = in_flight_.valid();
