@@ -1,8 +1,9 @@
 // Seeded subsets of chunks: the positions a codec's `keep` option sends codes for. Chunk c
 // (len elements) of a segment keeps m = min(k, len) positions, element t of the subset being
-// (a + t * q) mod len, where a and q come from splitmix64 of (seed, c): a in [0, len), q odd
-// (so coprime to len) when len is a power of two, else 1 (a window that wraps). The positions
-// are distinct, and both ends of a link compute them from the seed alone, on any backend.
+// (a + t * q) mod len, where a and q come from splitmix64 of (seed, c): a in [0, len), q in
+// [1, len) coprime to len (the first such odd number from a random start; 1 for len 1), so the
+// positions are distinct and spread over the chunk. Both ends of a link compute them from the
+// seed alone, on any backend.
 #pragma once
 
 #include <cstddef>
@@ -16,11 +17,24 @@ struct SubsetStep {
   uint64_t a = 0, q = 1;
 };
 
+MULOCO_HOST_DEVICE inline uint64_t Gcd(uint64_t a, uint64_t b) {
+  while (b != 0) {
+    const uint64_t r = a % b;
+    a = b;
+    b = r;
+  }
+  return a;
+}
+
+// REQUIRES: len >= 1.
 MULOCO_HOST_DEVICE inline SubsetStep SubsetOf(uint32_t seed, uint64_t c, uint64_t len) {
   const uint64_t h = SplitMix64((uint64_t{seed} << 32) ^ SplitMix64(c));
   SubsetStep s;
   s.a = h % len;
-  if ((len & (len - 1)) == 0) s.q = (SplitMix64(h) % len) | 1;
+  uint64_t q = (SplitMix64(h) % len) | 1;  // odd: coprime to a power of two at once
+  if (q >= len) q = 1;
+  while (Gcd(q, len) != 1) q = q + 2 < len ? q + 2 : 1;
+  s.q = q;
   return s;
 }
 

@@ -13,6 +13,7 @@
 #include "kernels/error_feedback.h"
 #include "kernels/quantize.h"
 #include "kernels/sign.h"
+#include "kernels/subset.h"
 #include "kernels/topk.h"
 
 namespace muloco::kernels {
@@ -146,6 +147,35 @@ TEST(Quantize, ConstantAndEmptyChunks) {
   for (uint8_t c : codes) EXPECT_EQ(lut[c], 3.5f);
   cpu::StatQuantize(nullptr, 0, 2, lut, nullptr);
   for (float v : lut) EXPECT_EQ(v, 0.0f);
+}
+
+// Every chunk's subset: min(k, len) distinct positions below len, and for chunks of any length
+// (1000, a short last chunk of 37) the positions left out are spread, not one run (they are
+// one run only when the step q is 1 or len - 1: about 1 chunk in 16 at length 64).
+TEST(Subset, DistinctPositionsSpreadOverEveryChunk) {
+  for (size_t chunk : {64u, 1000u, 4096u}) {
+    const size_t n = 3 * chunk + 37, k = chunk * 7 / 8;
+    size_t spread = 0;  // full chunks, over the seeds, whose left-out positions form several runs
+    for (uint32_t seed : {1u, 2u, 3u}) {
+      std::vector<uint32_t> idx((n / chunk) * k + std::min(k, n % chunk));
+      cpu::SubsetChunks(seed, n, chunk, k, idx.data());
+      size_t t = 0;
+      for (size_t off = 0; off < n; off += chunk) {
+        const size_t len = std::min(chunk, n - off), m = std::min(k, len);
+        std::vector<bool> kept(len, false);
+        for (size_t j = 0; j < m; ++j, ++t) {
+          ASSERT_LT(idx[t], len);
+          ASSERT_FALSE(kept[idx[t]]) << "position " << idx[t] << " twice";
+          kept[idx[t]] = true;
+        }
+        size_t runs = 0;  // runs of left-out positions, around the chunk
+        for (size_t i = 0; i < len; ++i) runs += !kept[i] && kept[(i + len - 1) % len];
+        spread += len == chunk && runs > 1;
+      }
+      EXPECT_EQ(t, idx.size());
+    }
+    EXPECT_GE(spread, 7u) << "chunk " << chunk;  // of 9
+  }
 }
 
 TEST(TopK, KeepsExactlyTheKLargestMagnitudes) {
