@@ -78,19 +78,18 @@ class Cuda final : public CodecBackend {
   }
   absl::Status Emit(char*, size_t offset, const void* src, size_t bytes) override {
     if (bytes == 0) return absl::OkStatus();
-    if (offset > body_bytes_ || bytes > body_bytes_ - offset) return absl::InternalError("codec: emit past the payload");
+    if (absl::Status s = InBody(offset, bytes); !s.ok()) return s;
     return Check(cudaMemcpyAsync(static_cast<char*>(pinned_) + offset, src, bytes, cudaMemcpyDeviceToHost, stream_),
                  "copy to host");
+  }
+  absl::Status EmitHost(char*, size_t offset, const void* src, size_t bytes) override {
+    if (absl::Status s = InBody(offset, bytes); !s.ok()) return s;
+    if (bytes) std::memcpy(static_cast<char*>(pinned_) + offset, src, bytes);  // no copy in flight writes here
+    return absl::OkStatus();
   }
   absl::Status EndBody(char* out) override {
     if (absl::Status s = Check(cudaStreamSynchronize(stream_), "synchronize"); !s.ok()) return s;
     std::memcpy(out, pinned_, body_bytes_);  // the header part is rewritten by the codec
-    return absl::OkStatus();
-  }
-
-  absl::Status EmitHost(char*, size_t offset, const void* src, size_t bytes) override {
-    if (offset > body_bytes_ || bytes > body_bytes_ - offset) return absl::InternalError("codec: emit past the payload");
-    if (bytes) std::memcpy(static_cast<char*>(pinned_) + offset, src, bytes);  // no copy in flight writes here
     return absl::OkStatus();
   }
 
@@ -159,6 +158,11 @@ class Cuda final : public CodecBackend {
   }
 
  private:
+  // bytes at offset lie inside the payload body being staged.
+  absl::Status InBody(size_t offset, size_t bytes) const {
+    if (offset > body_bytes_ || bytes > body_bytes_ - offset) return absl::InternalError("codec: emit past the payload");
+    return absl::OkStatus();
+  }
   int device_;
   cudaStream_t stream_;
   bool own_stream_;
