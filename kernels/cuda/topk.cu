@@ -76,12 +76,21 @@ __global__ void ScatterKernel(const float* vals, size_t total, size_t chunk, siz
   }
 }
 
-// Entry t of a chunked subset: element t % k of chunk t / k's subset (kernels/subset.h).
-__global__ void SubsetKernel(uint32_t seed, size_t n, size_t total, size_t chunk, size_t k, uint32_t* idx) {
-  for (size_t t = blockIdx.x * size_t{blockDim.x} + threadIdx.x; t < total; t += size_t{gridDim.x} * blockDim.x) {
-    const size_t c = t / k, off = c * chunk, len = n - off < chunk ? n - off : chunk;
-    idx[t] = SubsetIndex(SubsetOf(seed, c, len), t % k, len);
+// One block per chunk: its subset's step (kernels/subset.h) once, then its min(k, len)
+// positions at idx[c * k ...], as cpu::SubsetChunks writes them.
+__global__ void SubsetKernel(uint32_t seed, size_t n, size_t chunk, size_t k, uint32_t* idx) {
+  __shared__ uint64_t shared_a, shared_q;  // a __shared__ SubsetStep would need a constructor
+  const size_t c = blockIdx.x, off = c * chunk, len = n - off < chunk ? n - off : chunk, m = k < len ? k : len;
+  if (threadIdx.x == 0) {
+    const SubsetStep s = SubsetOf(seed, c, len);
+    shared_a = s.a;
+    shared_q = s.q;
   }
+  __syncthreads();
+  SubsetStep step;
+  step.a = shared_a;
+  step.q = shared_q;
+  for (size_t t = threadIdx.x; t < m; t += blockDim.x) idx[c * k + t] = SubsetIndex(step, t, len);
 }
 
 size_t KeptTotal(size_t n, size_t chunk, size_t k) { return (n / chunk) * k + (n % chunk < k ? n % chunk : k); }
@@ -108,9 +117,8 @@ absl::Status GatherChunks(const float* x, size_t n, size_t chunk, size_t k, cons
 
 absl::Status SubsetChunks(uint32_t seed, size_t n, size_t chunk, size_t k, uint32_t* idx, void* stream) {
   if (chunk == 0 || k == 0 || k > chunk) return Invalid(__func__);
-  const size_t total = KeptTotal(n, chunk, k);
-  if (total == 0) return absl::OkStatus();
-  SubsetKernel<<<GridFor(total, 256), 256, 0, AsStream(stream)>>>(seed, n, total, chunk, k, idx);
+  if (n == 0) return absl::OkStatus();
+  SubsetKernel<<<static_cast<unsigned>((n + chunk - 1) / chunk), 256, 0, AsStream(stream)>>>(seed, n, chunk, k, idx);
   return Launched(__func__);
 }
 
