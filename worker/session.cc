@@ -147,6 +147,10 @@ class WorkerSession {
   // Join, data, trainer, uplink, heartbeats and the first model fetch; an exit code when the
   // run cannot start (nullopt: it goes on).
   std::optional<int> Start();
+  // A fresh trainer (model, optimizers) on this worker's data order.
+  std::unique_ptr<Trainer> NewTrainer() const {
+    return std::make_unique<Trainer>(config_, &*corpus_, config_.data_seed() + join_index_, o_.device);
+  }
   // Evaluates the public model every eval_every rounds, and always when `final`.
   void MaybeEvaluate(bool final = false);
   // The run ends for this worker after `x`: the final round closed, or --leave_after.
@@ -391,7 +395,7 @@ std::optional<int> WorkerSession::Start() {
   if (!corpus.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat("data: ", corpus.status().message())));
   corpus_.emplace(*std::move(corpus));
   Logf(tag_.c_str(), "data %s; device %s", corpus_->description.c_str(), o_.device.Name().c_str());
-  trainer_ = std::make_unique<Trainer>(config_, &*corpus_, config_.data_seed() + join_index_, o_.device);
+  trainer_ = NewTrainer();
   const ParamLayout layout = GptLayout(config_.model());
   n_ = TotalParams(layout);
   signmuon_ = KindsOf(config_).mode == RunMode::kSignMuon;
@@ -508,7 +512,7 @@ absl::StatusOr<bool> WorkerSession::Sound(uint64_t r) {
     return absl::InternalError(absl::StrCat("training gave non-finite or out-of-range updates ", bad_rounds_,
                                             " rounds in a row from the server's model: lower the learning rate"));
   }
-  trainer_ = std::make_unique<Trainer>(config_, &*corpus_, config_.data_seed() + join_index_, o_.device);
+  trainer_ = NewTrainer();
   uplink_->Reset();
   if (absl::Status s = Resync(); !s.ok()) return s;
   return false;
