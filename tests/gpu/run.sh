@@ -50,12 +50,12 @@ step "dependencies from .gpu-debs"
 tests/gpu/unpack_debs.sh "$DEPS" >"$RES/unpack.log" 2>&1 || { tail -n 20 "$RES/unpack.log"; exit 2; }
 # shellcheck disable=SC1091
 . "$DEPS/env.sh"
-row torch "$($PY -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "cxx11abi", torch._C._GLIBCXX_USE_CXX11_ABI)' 2>&1 | tail -1)"
-TORCH_PREFIX=$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')
-TORCH_ABI=$($PY -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))' 2>/dev/null)
+# One import of torch (seconds on a GPU host) for everything the stages need to know.
+read -r TORCH_VERSION TORCH_CUDA TORCH_ABI TORCH_PREFIX < <($PY -c 'import torch; print(torch.__version__,
+  torch.version.cuda or "none", int(torch._C._GLIBCXX_USE_CXX11_ABI), torch.utils.cmake_prefix_path)' 2>"$RES/torch.log")
+row torch "${TORCH_VERSION:-$(tail -n 1 "$RES/torch.log")} cuda $TORCH_CUDA cxx11abi $TORCH_ABI"
 # The toolkit's CUDA runtime is loaded first (our kernels link it) and serves LibTorch too:
 # it must be the major version PyTorch was built for, and no older.
-TORCH_CUDA=$($PY -c 'import torch; print(torch.version.cuda or "")' 2>/dev/null)
 NVCC_CUDA=$(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
 if [ "${TORCH_CUDA%%.*}" != "${NVCC_CUDA%%.*}" ] || [ "$(printf '%s\n' "$TORCH_CUDA" "$NVCC_CUDA" | sort -V | head -1)" != "$TORCH_CUDA" ]; then
   row "cuda versions" "WARNING: toolkit $NVCC_CUDA, PyTorch built for ${TORCH_CUDA:-none}: stage 2 may fail to load"
