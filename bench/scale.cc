@@ -42,7 +42,7 @@
 
 ABSL_FLAG(std::string, sizes, "1e6,1e7,1e8", "Model sizes (parameters, approximate: GPT shapes are chosen near them)");
 ABSL_FLAG(std::string, workers, "1,4,16,64,256", "Worker counts (part 1)");
-ABSL_FLAG(std::string, codecs, "2bit,dense", "Payload codecs: 2bit (lloyd:bits=2,chunk=512, both ways) and/or dense (fp32)");
+ABSL_FLAG(std::string, codecs, "2bit,dense", "Payload codecs: 2bit (the muloco-2bit preset's codecs, both ways) and/or dense (fp32)");
 ABSL_FLAG(int, rounds, 2, "Timed rounds per cell, after one untimed round");
 ABSL_FLAG(double, max_work, 3.3e9, "Skip part-1 cells whose workers x parameters exceed this (time on a small machine)");
 ABSL_FLAG(double, max_payload_gib, 3.5, "Skip cells whose payloads of one round exceed this (the engine holds them to screen)");
