@@ -32,7 +32,7 @@ import time
 
 # Methods: (name, label, server flags). Every method trains R rounds of H inner steps per
 # worker; the H = 1 methods run R * H rounds of one step (marked "steps"). The top-k rows keep
-# outer lr 0.7: lr 1.0, best for dense MuLoCo, costs them 5-8% (bench/README.md).
+# outer lr 0.7: lr 1.0, best for dense MuLoCo, costs them 5-8%; and momentum 0.4 (bench/README.md).
 METHODS = [
     ("dp", "data-parallel (H=1, dense fp32)",
      ["--preset=diloco", "steps", "--outer_lr=1", "--outer_momentum=0", "--nesterov=false"]),
@@ -42,7 +42,7 @@ METHODS = [
     ("muloco", "MuLoCo dense", ["--preset=muloco"]),
     ("muloco-2bit", "MuLoCo 2-bit+EF", ["--preset=muloco-2bit"]),
     ("muloco-topk", "MuLoCo top-k+2-bit+EF",
-     ["--preset=muloco", "--outer_lr=0.7", "--uplink_codec=topk:chunk=4096,k=128,bits=2",
+     ["--preset=muloco", "--outer_lr=0.7", "--outer_momentum=0.4", "--uplink_codec=topk:chunk=4096,k=128,bits=2",
       "--downlink_codec=lloyd:bits=2,chunk=4096"]),
     ("signmuon", "SignMuon (H=1, 1-bit votes)", ["--preset=signmuon", "steps"]),
     # The best setting found within 1 bit per parameter up and 2 down (bench/README.md, sweeps):
