@@ -45,13 +45,8 @@ METHODS = [
      ["--preset=muloco", "--outer_lr=0.7", "--outer_momentum=0.4", "--uplink_codec=topk:chunk=4096,k=128,bits=2",
       "--downlink_codec=lloyd:bits=2,chunk=4096"]),
     ("signmuon", "SignMuon (H=1, 1-bit votes)", ["--preset=signmuon", "steps"]),
-    # The best setting found within 1 bit per parameter up and 2 down (bench/README.md, sweeps):
-    # its coarser codes want less outer momentum (0.2), a larger outer lr (1.6) and a decaying
-    # error feedback (0.8).
-    ("muloco-1bit", "MuLoCo <=1 bit up, <=2 down",
-     ["--preset=muloco", "--uplink_codec=lloyd:bits=1,chunk=4096,keep=0.93,vectors=same",
-      "--downlink_codec=lloyd:bits=2,chunk=4096,keep=0.95,vectors=same", "--outer_lr=1.6", "--outer_momentum=0.2",
-      "--ef_beta=0.8"]),
+    # The best setting found within 1 bit per parameter up and 2 down (bench/README.md, sweeps).
+    ("muloco-1bit", "MuLoCo <=1 bit up, <=2 down", ["--preset=muloco-1bit"]),
 ]
 
 ROUND_RE = re.compile(r"round (\d+): train_loss (\S+), up (\d+) bytes .*?down (\d+) bytes")

@@ -24,7 +24,7 @@ const muloco::v1::RunConfig& D() {
 }  // namespace
 
 ABSL_FLAG(std::string, preset, muloco::kDefaultPreset,
-          "Complete configuration: diloco, muloco, muloco-2bit, signmuon (a --config file and the "
+          "Complete configuration: diloco, muloco, muloco-2bit, muloco-1bit, signmuon (a --config file and the "
           "flags below override it)");
 ABSL_FLAG(std::string, config, "",
           "Run configuration file in protobuf text format (RunConfig, as --print_config writes it); its fields "
