@@ -182,11 +182,11 @@ class WorkerSession {
   // One round's push and wait: Push (ALREADY_EXISTS: an earlier try got through), commit
   // the uplink's error feedback, AwaitRound (both retried), apply the update to the replica.
   // On the main thread, or with --overlap beside the next round's training; it touches only
-  // the transport, *uplink and pub_ (which the main thread leaves alone meanwhile).
-  Exchanged Exchange(uint64_t round, const std::string& payload, float train_loss, Uplink* uplink);
+  // the transport, *uplink_ and pub_ (which the main thread leaves alone meanwhile).
+  Exchanged Exchange(uint64_t round, const std::string& payload, float train_loss);
   // Acts on an exchange's outcome: counts and logs the closed round (true); after a
   // recoverable failure resyncs (false); anything else is returned, for Fail.
-  absl::StatusOr<bool> Settle(const Exchanged& x, const PushedRound& p, double wait_s, const Uplink& uplink);
+  absl::StatusOr<bool> Settle(const Exchanged& x, const PushedRound& p, double wait_s);
   bool Stopping() const { return o_.stop_signal != nullptr && o_.stop_signal->load() != 0; }
   // Sleeps s seconds, or less when a stop signal comes. Returns !Stopping().
   bool Nap(double s);
@@ -445,7 +445,7 @@ absl::StatusOr<bool> WorkerSession::Land() {
   const auto t0 = std::chrono::steady_clock::now();
   const Exchanged x = in_flight_.get();
   wait_s_ += Seconds(std::chrono::steady_clock::now() - t0);
-  absl::StatusOr<bool> applied = Settle(x, flying_, wait_s_, *uplink_);
+  absl::StatusOr<bool> applied = Settle(x, flying_, wait_s_);
   if (!applied.ok() || !*applied) return applied;
   if (Finished(x)) {
     done_ = true;
@@ -527,14 +527,14 @@ absl::Status WorkerSession::Push(uint64_t r, const Trained& t) {
     trainer_->MarkPush();
     flying_ = pushed;
     in_flight_ = std::async(std::launch::async, [this, r, payload = std::move(payload), loss = t.loss] {
-      return Exchange(r, payload, static_cast<float>(loss), uplink_.get());
+      return Exchange(r, payload, static_cast<float>(loss));
     });
     return absl::OkStatus();
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const Exchanged x = Exchange(r, payload, static_cast<float>(t.loss), uplink_.get());
+  const Exchanged x = Exchange(r, payload, static_cast<float>(t.loss));
   if (Stopping()) return absl::CancelledError("stop signal");  // Fail leaves through Stop
-  absl::StatusOr<bool> applied = Settle(x, pushed, Seconds(std::chrono::steady_clock::now() - t0), *uplink_);
+  absl::StatusOr<bool> applied = Settle(x, pushed, Seconds(std::chrono::steady_clock::now() - t0));
   if (!applied.ok()) return applied.status();
   done_ = *applied && Finished(x);
   return absl::OkStatus();
@@ -556,7 +556,7 @@ int WorkerSession::Finish() {
   return 0;
 }
 
-Exchanged WorkerSession::Exchange(uint64_t round, const std::string& payload, float train_loss, Uplink* uplink) {
+Exchanged WorkerSession::Exchange(uint64_t round, const std::string& payload, float train_loss) {
   Exchanged x;
   absl::Status pushed = Retry([&] { return client_.Push(id_.load(), round, payload, train_loss); }, o_.retry_timeout_s);
   // An earlier attempt of this push got through (its reply was lost): the server has it.
@@ -565,7 +565,7 @@ Exchanged WorkerSession::Exchange(uint64_t round, const std::string& payload, fl
     x.status = pushed;
     return x;
   }
-  uplink->Commit();
+  uplink_->Commit();
   x.stage = Exchanged::kAwait;
   absl::StatusOr<RoundResult> result = Retry([&] { return client_.AwaitRound(id_.load(), round); }, o_.retry_timeout_s);
   if (!result.ok()) {
@@ -578,8 +578,7 @@ Exchanged WorkerSession::Exchange(uint64_t round, const std::string& payload, fl
   return x;
 }
 
-absl::StatusOr<bool> WorkerSession::Settle(const Exchanged& x, const PushedRound& p, double wait_s,
-                                           const Uplink& uplink) {
+absl::StatusOr<bool> WorkerSession::Settle(const Exchanged& x, const PushedRound& p, double wait_s) {
   const auto r = static_cast<unsigned long long>(p.round);
   if (!x.status.ok()) {
     // NOT_FOUND (this server does not know us: evicted, or restarted), FAILED_PRECONDITION
@@ -603,7 +602,7 @@ absl::StatusOr<bool> WorkerSession::Settle(const Exchanged& x, const PushedRound
     st.bytes_down += u.payload.size();
     st.tokens += tokens_per_round_;
     st.train_loss = p.train_loss;
-    st.ef_residual_norm = uplink.ResidualNorm();
+    st.ef_residual_norm = uplink_->ResidualNorm();
     st.inner_step_seconds = p.train_s / p.steps;
     st.tokens_per_second = p.train_s > 0 ? tokens_per_round_ / p.train_s : 0;
     st.wait_seconds = wait_s;
