@@ -15,7 +15,7 @@
 ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "Address to serve on (port 0 picks a free port)");
 ABSL_FLAG(std::string, port_file, "", "If set, write the bound port here once serving");
 ABSL_FLAG(uint32_t, min_quorum, 1, "Pushes required before a round may close");
-ABSL_FLAG(double, round_timeout_s, 120, "After a round's first push, close it this many seconds later at most");
+ABSL_FLAG(double, round_timeout_s, 120, "Once half the expected workers pushed, wait this many seconds at most for the rest (and 4x this after the first push)");
 ABSL_FLAG(double, heartbeat_timeout_s, 30, "Evict a worker silent for this many seconds");
 ABSL_FLAG(uint32_t, chunk_bytes, 1 << 20, "Bytes per streamed chunk");
 ABSL_FLAG(double, linger_s, 30, "After the final round, keep serving until all workers leave, or none has been heard from (call, heartbeat, transfer) for this long");

@@ -179,9 +179,15 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
 }
 
 void RoundEngine::MaybeCloseLocked() {
-  if (done_ || pushed_.empty() || pushed_.size() < std::max<size_t>(1, options_.min_quorum)) return;
-  const bool all_in = std::includes(pushed_.begin(), pushed_.end(), expected_.begin(), expected_.end());
-  const bool deadline = clock_->Now() >= first_push_time_ + options_.round_timeout_s;
+  if (done_ || pushed_.empty()) return;
+  size_t expected_in = 0;
+  for (uint64_t id : expected_) expected_in += pushed_.count(id);
+  const double now = clock_->Now();
+  if (straggler_clock_ < 0 && 2 * expected_in >= expected_.size()) straggler_clock_ = now;
+  if (pushed_.size() < std::max<size_t>(1, options_.min_quorum)) return;
+  const bool all_in = expected_in == expected_.size();
+  const bool deadline = (straggler_clock_ >= 0 && now >= straggler_clock_ + options_.round_timeout_s) ||
+                        now >= first_push_time_ + kBackstopTimeouts * options_.round_timeout_s;
   if (all_in || deadline) CloseRoundLocked();
 }
 
@@ -321,7 +327,7 @@ void RoundEngine::CloseRoundLocked() {
 
   round_bytes_up_ = 0;
   std::fill(sum_.begin(), sum_.end(), 0.0f);
-  first_push_time_ = -1;
+  first_push_time_ = straggler_clock_ = -1;
   for (uint64_t id : expected_) {  // missed this round: not waited for until it proves itself again
     auto m = members_.find(id);
     if (m == members_.end() || pushed_.count(id)) continue;

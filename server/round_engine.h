@@ -3,8 +3,12 @@
 // directly with threads. Thread-safe: every public method may be called from any thread.
 //
 // A round r is open until it closes; it closes when at least max(1, min_quorum) workers
-// have pushed and either every expected worker has pushed or round_timeout_s has passed
-// since the round's first push. Expected workers are the proven ones live when the round
+// have pushed and either every expected worker has pushed or the straggler deadline has
+// passed: round_timeout_s after half the expected workers (rounded up) have pushed, so that
+// a minority that pushes at once (a hostile volunteer sending noise the moment a round
+// opens) cannot start the clock and cut honest workers' time to train; and, should a
+// majority hang while heartbeating, kBackstopTimeouts x round_timeout_s after the round's
+// first push whatever happens. Expected workers are the proven ones live when the round
 // opened: a worker is proven by an accepted push, or by a valid push for the round that
 // just closed (then it is expected from the next round on); it loses it by missing a round
 // it was expected in, and each such miss doubles the rounds before a late push may prove
@@ -68,7 +72,7 @@ struct DecayRange {
 
 struct EngineOptions {
   size_t min_quorum = 1;             // pushes required before a round may close
-  double round_timeout_s = 120;      // after a round's first push, stop waiting for stragglers
+  double round_timeout_s = 120;      // after half the expected workers pushed, stop waiting for the rest
   double heartbeat_timeout_s = 30;   // evict a worker silent for this long
   uint64_t total_rounds = 0;         // the run ends after this many rounds (0: never)
   size_t keep_rounds = 8;            // closed rounds kept for late AwaitRound calls
@@ -144,6 +148,7 @@ struct EngineStats {
 class RoundEngine {
  public:
   static constexpr size_t kMaxScreenLabels = 256;
+  static constexpr double kBackstopTimeouts = 4;  // see the top: a hung majority's deadline
   // `clock` must outlive the engine.
   RoundEngine(EngineOptions options, std::vector<float> initial_params, const Clock* clock);
   // Continues from a saved state. REQUIRES: theta_true and theta_pub of equal size;
@@ -255,6 +260,7 @@ class RoundEngine {
   NormScreen screen_;                                  // guarded by mu_
   std::vector<int32_t> votes_;                         // guarded by mu_ (kVote only)
   double first_push_time_ = -1;                        // guarded by mu_
+  double straggler_clock_ = -1;                        // guarded by mu_; when half the expected had pushed
   double round_open_time_;                             // guarded by mu_
   Histogram round_durations_{DurationBuckets()};
   uint64_t round_bytes_up_ = 0;                        // guarded by mu_

@@ -22,7 +22,7 @@ struct ServerOptions {
   std::string port_file;                // if set, the bound port is written here once serving
   v1::RunConfig config;                 // the run (a checkpoint's replaces it on resume)
   uint32_t min_quorum = 1;              // pushes required before a round may close
-  double round_timeout_s = 120;         // after a round's first push, close it this much later at most
+  double round_timeout_s = 120;         // once half the expected pushed, wait this long for the rest
   double heartbeat_timeout_s = 30;      // evict a worker silent this long
   double linger_s = 30;                 // after the final round, serve until all workers leave, or no
                                         // worker has been heard from (call, heartbeat, stream) for this long

@@ -135,6 +135,61 @@ TEST(RoundEngine, DeadlineClosesRoundWithoutStraggler) {
   EXPECT_EQ(f.engine.Stats().open_round, 4u);
 }
 
+// A worker that pushes the moment a round opens (a hostile volunteer sending noise) must not
+// start the straggler clock for everyone: it starts once half the expected workers pushed.
+TEST(RoundEngine, AnEarlyMinorityCannotStartTheStragglerClock) {
+  EngineOptions o = Fixture::Defaults();  // round_timeout_s 10
+  o.heartbeat_timeout_s = 1000;           // everyone stays a member; only the deadlines are at play
+  Fixture f(o);
+  auto h0 = f.engine.Join("h0"), h1 = f.engine.Join("h1"), m = f.engine.Join("early");
+  for (auto* w : {&h0, &h1, &m}) ASSERT_TRUE(f.engine.Push(w->worker_id, 0, DensePayload({0, 0, 0, 0})).ok());
+  ASSERT_EQ(f.engine.Stats().open_round, 1u);  // all three proven: three expected
+  ASSERT_TRUE(f.engine.Push(m.worker_id, 1, DensePayload({1, 1, 1, 1})).ok());
+  f.clock.Advance(15);  // past round_timeout_s after the early push
+  f.engine.Tick();
+  EXPECT_EQ(f.engine.Stats().open_round, 1u);  // 1 of 3 is not half: still waiting
+  ASSERT_TRUE(f.engine.Push(h0.worker_id, 1, DensePayload({1, 1, 1, 1})).ok());  // 2 of 3: the clock starts
+  f.clock.Advance(9);
+  f.engine.Tick();
+  EXPECT_EQ(f.engine.Stats().open_round, 1u);
+  ASSERT_TRUE(f.engine.Push(h1.worker_id, 1, DensePayload({1, 1, 1, 1})).ok());  // in time
+  auto u = f.engine.AwaitRound(1, 0);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->contributors, 3u);
+  // Round 2: h1 is a real straggler; it gets round_timeout_s after the clock starts.
+  ASSERT_TRUE(f.engine.Push(m.worker_id, 2, DensePayload({1, 1, 1, 1})).ok());
+  f.clock.Advance(5);
+  ASSERT_TRUE(f.engine.Push(h0.worker_id, 2, DensePayload({1, 1, 1, 1})).ok());
+  f.clock.Advance(9.5);
+  f.engine.Tick();
+  EXPECT_EQ(f.engine.Stats().open_round, 2u);
+  f.clock.Advance(1);
+  f.engine.Tick();
+  u = f.engine.AwaitRound(2, 0);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->contributors, 2u);
+}
+
+// A majority that stays alive (heartbeats) but never pushes does not hold a round open
+// forever: kBackstopTimeouts x round_timeout_s after the first push, it closes.
+TEST(RoundEngine, AHungMajorityIsClosedByTheBackstop) {
+  EngineOptions o = Fixture::Defaults();
+  o.heartbeat_timeout_s = 1000;
+  Fixture f(o);
+  auto a = f.engine.Join("a"), b = f.engine.Join("hung1"), c = f.engine.Join("hung2");
+  (void)b, (void)c;
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 1, 1, 1})).ok());
+  const double backstop = RoundEngine::kBackstopTimeouts * o.round_timeout_s;
+  f.clock.Advance(backstop - 0.5);
+  f.engine.Tick();
+  EXPECT_EQ(f.engine.Stats().open_round, 0u);
+  f.clock.Advance(1);
+  f.engine.Tick();
+  auto u = f.engine.AwaitRound(0, 0);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->contributors, 1u);
+}
+
 TEST(RoundEngine, JoinMidRunCatchesUpAndContributes) {
   Fixture f;
   auto a = f.engine.Join("a");
