@@ -149,11 +149,6 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
         done_ ? "the run is over"
               : absl::StrCat("push for round ", round, " but round ", open_round_, " is open; fetch the model"));
   }
-  if (!vote && pending_bytes_ + payload.size() > options_.max_round_bytes) {
-    ++stats_.rejected_round_full;
-    return absl::ResourceExhaustedError(absl::StrCat("this round already holds ", pending_bytes_,
-                                                     " payload bytes; retry in the next round"));
-  }
   if (pushed_.count(worker_id)) {
     ++stats_.rejected_duplicate;
     return absl::AlreadyExistsError(absl::StrCat("worker ", worker_id, " already pushed round ", round));
@@ -162,9 +157,25 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
     ++stats_.rejected_bad_payload;
     return s;
   }
+  bool sum_now = false;  // kMean: screening cannot touch it, so it is summed instead of held
   if (!vote) {
+    round_norms_.push_back(*norm);
+    sum_now = *norm <= screen_.SafeBound(round_norms_, UnpushedLocked() - 1);
+    if (!sum_now && pending_bytes_ + payload.size() > options_.max_round_bytes) {
+      round_norms_.pop_back();
+      ++stats_.rejected_round_full;
+      return absl::ResourceExhaustedError(absl::StrCat("this round already holds ", pending_bytes_,
+                                                       " payload bytes; retry in the next round"));
+    }
+  }
+  if (sum_now) {
+    SumPayloads({WeightedPayload{payload, 1.0f}}, num_params_, sum_.data(), close_threads_);
+    summed_norms_.push_back(*norm);
+    ++stats_.summed_on_arrival;
+  } else if (!vote) {
     pending_.push_back(Pending{worker_id, m.name, std::string(payload), *norm});
     pending_bytes_ += payload.size();
+    stats_.held_bytes_peak = std::max(stats_.held_bytes_peak, pending_bytes_);
   }
   m.proven = true;
   m.misses = 0;
@@ -178,8 +189,32 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
   return absl::OkStatus();
 }
 
+size_t RoundEngine::UnpushedLocked() const {
+  size_t n = 0;
+  for (const auto& [id, m] : members_) n += !pushed_.count(id);
+  return n;
+}
+
+void RoundEngine::SumSafeLocked() {
+  if (pending_.empty()) return;
+  const double safe = screen_.SafeBound(round_norms_, UnpushedLocked());
+  std::vector<WeightedPayload> now;
+  for (const Pending& p : pending_)
+    if (p.norm <= safe) now.push_back({p.payload, 1.0f});
+  if (now.empty()) return;
+  SumPayloads(now, num_params_, sum_.data(), close_threads_);
+  auto summed = [&](const Pending& p) { return p.norm <= safe; };
+  for (const Pending& p : pending_) {
+    if (!summed(p)) continue;
+    summed_norms_.push_back(p.norm);
+    pending_bytes_ -= p.payload.size();
+  }
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), summed), pending_.end());
+}
+
 void RoundEngine::MaybeCloseLocked() {
   if (done_ || pushed_.empty()) return;
+  SumSafeLocked();  // a leave, an eviction or a push may have made held pushes safe
   size_t expected_in = 0;
   for (uint64_t id : expected_) expected_in += pushed_.count(id);
   const double now = clock_->Now();
@@ -198,10 +233,8 @@ void RoundEngine::CountScreenLocked(const std::string& name, bool rejected) {
 }
 
 size_t RoundEngine::SumScreenedLocked() {
-  std::vector<double> norms;
-  for (const Pending& p : pending_) norms.push_back(p.norm);
-  const double limit = screen_.Threshold(norms);
-  std::vector<double> summed;
+  const double limit = screen_.Threshold(round_norms_);
+  std::vector<double> summed = std::move(summed_norms_);
   std::vector<WeightedPayload> kept;  // validated at Push
   std::string report;
   for (const Pending& p : pending_) {
@@ -227,6 +260,8 @@ size_t RoundEngine::SumScreenedLocked() {
   screen_.Remember(std::move(summed));
   pending_.clear();
   pending_bytes_ = 0;
+  round_norms_.clear();
+  summed_norms_.clear();
   return count;
 }
 

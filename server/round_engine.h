@@ -18,7 +18,11 @@
 // every joiner before the round's first push is expected. Anyone joined may push.
 // Closing: each pushed Δ is screened (server/screen.h: clipped or left out when its norm is
 // far above the round's robust statistics); g = mean of the screened Δ (or the majority
-// vote of signs); outer SGD on θ_true; down = C(θ_true − θ_pub); θ_pub += decode(down).
+// vote of signs). A push whose norm is at or below NormScreen::SafeBound (accepted unchanged
+// however the round ends, counting every live worker yet to push) is summed on arrival and
+// its payload dropped; only the others are held until the close (max_round_bytes bounds
+// them), so a round costs one model-sized sum, not N payloads. (A worker joining mid-round
+// and pushing can lower the final threshold below a norm already summed; that push stays.) outer SGD on θ_true; down = C(θ_true − θ_pub); θ_pub += decode(down).
 // θ_true − θ_pub is the downlink's error feedback. No peer input can make the engine abort:
 // payloads are bounded at decode (kMaxAbsValue), and should the server's own downlink ever
 // fail its check, the round's step is discarded (θ_true reset to θ_pub) instead.
@@ -124,6 +128,8 @@ struct ScreenCounts {
 struct EngineStats {
   uint64_t joins = 0, leaves = 0, evictions = 0, rounds_closed = 0;
   uint64_t pushes_accepted = 0, bytes_up = 0, bytes_down = 0;
+  uint64_t summed_on_arrival = 0;  // kMean pushes summed at once (screening could not touch them), not held
+  uint64_t held_bytes_peak = 0;    // the most payload bytes held for screening at once, over the run
   uint64_t rejected_unknown_worker = 0, rejected_wrong_round = 0, rejected_duplicate = 0,
            rejected_bad_payload = 0, rejected_round_full = 0;
   uint64_t downlink_resets = 0;  // rounds whose step was discarded because the downlink failed its check
@@ -216,7 +222,7 @@ class RoundEngine {
     uint32_t misses = 0;      // rounds in a row it was expected in and missed
     uint64_t reprove_after = 0;  // the first open round in which a late push proves it again
   };
-  // A validated push waiting for the round to close (kMean): its payload and Δ's L2 norm.
+  // A validated push held for screening at the close (kMean): its payload and Δ's L2 norm.
   struct Pending {
     uint64_t worker_id;
     std::string name;
@@ -229,8 +235,13 @@ class RoundEngine {
   void CloseRoundLocked();
   void ForgetLocked(uint64_t worker_id);
   bool AnyProvenLocked() const;
-  // Screens pending_ and sums what passes into sum_; returns how many were summed.
+  // Sums every held push that SafeBound now clears into sum_ and drops its payload.
+  void SumSafeLocked();
+  // Screens what is still held and sums what passes into sum_; returns how many pushes
+  // the round summed in all (on arrival too).
   size_t SumScreenedLocked();
+  // Live workers that have not pushed in the open round (each may still push once).
+  size_t UnpushedLocked() const;
   void CountScreenLocked(const std::string& name, bool rejected);
   // θ_pub += decode(C(θ_true − θ_pub)); returns the payload.
   std::shared_ptr<const std::string> PublishLocked();
@@ -255,7 +266,9 @@ class RoundEngine {
   std::set<uint64_t> expected_;                        // guarded by mu_
   std::set<uint64_t> pushed_;                          // guarded by mu_
   std::vector<float> sum_;                             // guarded by mu_
-  std::vector<Pending> pending_;                       // guarded by mu_; this round's pushes, in arrival order
+  std::vector<Pending> pending_;                       // guarded by mu_; this round's held pushes, in arrival order
+  std::vector<double> round_norms_;                    // guarded by mu_; every accepted push's norm this round
+  std::vector<double> summed_norms_;                   // guarded by mu_; norms of the pushes summed on arrival
   uint64_t pending_bytes_ = 0;                         // guarded by mu_
   NormScreen screen_;                                  // guarded by mu_
   std::vector<int32_t> votes_;                         // guarded by mu_ (kVote only)

@@ -42,6 +42,26 @@ double NormScreen::Threshold(const std::vector<double>& round_norms) const {
   return std::max(med + options_.mad_factor * 1.4826 * mad, options_.median_factor * med);
 }
 
+double NormScreen::SafeBound(const std::vector<double>& round_norms, size_t unknown) const {
+  if (options_.mode == Robust::kOff || unknown == 0) return Threshold(round_norms);
+  std::vector<double> samples;
+  for (double v : round_norms)
+    if (v > 0) samples.push_back(v);
+  for (const std::vector<double>& r : history_) samples.insert(samples.end(), r.begin(), r.end());
+  // Unknown norms count only if non-zero, so the final count is between k and k + u, never
+  // below min_samples once k reaches it (else the pair rule could still apply: no promise).
+  const size_t k = samples.size(), u = unknown;
+  if (k < std::max<size_t>(1, options_.min_samples)) return 0;
+  // The final median is at least the final samples' element ceil(n/2) - 1 (ascending, n
+  // of them); each unknown placed below the known ones shifts that index down by one, and
+  // n = k + u (all unknowns non-zero) is the lowest it can be pushed.
+  const size_t rank = (k + u + 1) / 2;  // ceil((k + u) / 2): the 1-based rank of that element
+  if (rank <= u) return 0;
+  std::nth_element(samples.begin(), samples.begin() + (rank - 1 - u), samples.end());
+  // Threshold >= median_factor * median, and the median >= this element.
+  return options_.median_factor * samples[rank - 1 - u];
+}
+
 void NormScreen::Remember(std::vector<double> accepted_norms) {
   if (options_.history_rounds == 0) return;
   accepted_norms.erase(std::remove(accepted_norms.begin(), accepted_norms.end(), 0.0), accepted_norms.end());

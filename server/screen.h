@@ -35,6 +35,11 @@ class NormScreen {
   // The largest norm accepted unchanged in a round whose pushes have `round_norms`;
   // +infinity when screening is off or there are too few non-zero samples to judge.
   double Threshold(const std::vector<double>& round_norms) const;
+  // A norm at or below this is accepted unchanged however the round ends, when at most
+  // `unknown` more pushes (of any norms, zeros included) may join `round_norms`: what lets
+  // the engine sum a push as it arrives instead of holding it until the close. 0 while too
+  // few norms are known to promise anything; Threshold(round_norms) when unknown is 0.
+  double SafeBound(const std::vector<double>& round_norms, size_t unknown) const;
   // Records a closed round's norms as summed (after clipping; rejected ones and zeros left out).
   void Remember(std::vector<double> accepted_norms);
   Robust mode() const { return options_.mode; }

@@ -452,6 +452,52 @@ TEST(RoundEngine, ScreeningClipsAnOutlierToTheRobustThreshold) {
   EXPECT_EQ(st.screened.count("a"), 0u);
 }
 
+// Pushes that screening cannot touch, whatever the rest of the round brings, are summed on
+// arrival and not held: an outlier is still held and clipped at the close, exactly.
+TEST(RoundEngine, PushesTheScreenCannotTouchAreSummedOnArrival) {
+  Fixture f(Fixture::Defaults(), 4);
+  auto a = f.engine.Join("a"), b = f.engine.Join("b"), c = f.engine.Join("c"), e = f.engine.Join("evil");
+  for (uint64_t r = 0; r < 2; ++r)
+    for (auto* w : {&a, &b, &c, &e}) ASSERT_TRUE(f.engine.Push(w->worker_id, r, DensePayload({0, 0, 0, 1})).ok());
+  // Round 0 held pushes until the last: nothing was known about the norms yet.
+  EngineStats st = f.engine.Stats();
+  EXPECT_GT(st.held_bytes_peak, 0u);
+  const uint64_t before = st.summed_on_arrival;
+  // Round 2: history holds eight norms of 1; with three to come a norm of 1 is safe.
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 2, DensePayload({1, 0, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(e.worker_id, 2, DensePayload({0, 0, 1000, 0})).ok());  // held
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 2, DensePayload({0, 1, 0, 0})).ok());
+  st = f.engine.Stats();
+  EXPECT_EQ(st.summed_on_arrival - before, 2u);
+  EXPECT_EQ(st.open_round, 2u);
+  ASSERT_TRUE(f.engine.Push(c.worker_id, 2, DensePayload({1, 1, 0, 0})).ok());  // norm 1.41: safe too
+  st = f.engine.Stats();
+  EXPECT_EQ(st.summed_on_arrival - before, 3u);
+  EXPECT_EQ(st.open_round, 3u);
+  // Norms 1 x 8 (history), 1, 1, 1.414, 1000: median 1, MAD 0: evil clipped to 1.5.
+  ASSERT_EQ(st.screened.count("evil"), 1u);
+  EXPECT_EQ(st.screened.at("evil").clipped, 1u);
+  const std::vector<float> p = *f.engine.Snapshot().params;
+  EXPECT_FLOAT_EQ(p[0], 1.0f - 2.0f / 4);
+  EXPECT_FLOAT_EQ(p[1], 1.0f - 2.0f / 4);
+  EXPECT_FLOAT_EQ(p[2], 1.0f - 1.5f / 4);
+  EXPECT_FLOAT_EQ(p[3], 1.0f - 2.0f);  // rounds 0 and 1
+}
+
+// max_round_bytes bounds only what is held: two workers run with room for one payload.
+TEST(RoundEngine, RoundBytesBoundOnlyHeldPayloads) {
+  EngineOptions o = Fixture::Defaults();
+  o.max_round_bytes = 100;  // one 4-float dense payload is 80 bytes
+  Fixture f(o, 4);
+  auto a = f.engine.Join("a"), b = f.engine.Join("b");
+  for (uint64_t r = 0; r < 5; ++r) {
+    ASSERT_TRUE(f.engine.Push(a.worker_id, r, DensePayload({1, 0, 0, 0})).ok()) << r;
+    ASSERT_TRUE(f.engine.Push(b.worker_id, r, DensePayload({0, 1, 0, 0})).ok()) << r;
+  }
+  EXPECT_EQ(f.engine.Stats().open_round, 5u);
+  EXPECT_EQ(f.engine.Stats().held_bytes_peak, 80u);  // a's first push only
+}
+
 TEST(RoundEngine, ScreeningRejectLeavesTheOutlierOut) {
   EngineOptions o = Fixture::Defaults();
   o.screen.mode = Robust::kReject;

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -179,6 +180,56 @@ TEST(NormScreen, ZeroHistoryRoundsRemembersNothing) {
   s.Remember({2, 2});
   EXPECT_DOUBLE_EQ(s.Threshold({5, 5}), 20.0);  // nothing remembered: two norms, 4 x the smaller
   EXPECT_DOUBLE_EQ(s.Threshold({5, 5, 5}), 7.5);
+}
+
+// SafeBound's promise: however the round ends (any `unknown` more norms, zeros, tiny or
+// huge ones), the final threshold is at least the bound. Random rounds, histories and options.
+TEST(NormScreen, SafeBoundHoldsForEveryWayTheRoundCanEnd) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  auto norm = [&] {
+    const double r = unit(rng);
+    if (r < 0.15) return 0.0;                 // an empty update
+    if (r < 0.25) return 1e-9 * unit(rng);    // far below the rest
+    if (r < 0.35) return 1e3 * (1 + unit(rng));  // an attacker
+    return 0.5 + unit(rng);                   // honest
+  };
+  int promised = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    NormScreen s(Opts(Robust::kClip, 1 + 3 * unit(rng), 1 + unit(rng), 1 + rng() % 5, rng() % 5));
+    for (int r = static_cast<int>(rng() % 5); r > 0; --r) {
+      std::vector<double> accepted(rng() % 6);
+      for (double& v : accepted) v = norm();
+      s.Remember(accepted);
+    }
+    std::vector<double> known(rng() % 8);
+    for (double& v : known) v = norm();
+    const size_t unknown = rng() % 8;
+    const double bound = s.SafeBound(known, unknown);
+    promised += bound > 0;
+    for (int ending = 0; ending < 4; ++ending) {
+      std::vector<double> all = known;
+      for (size_t i = 0; i < unknown; ++i)
+        if (unit(rng) < 0.8) all.push_back(ending == 0 ? 1e-12 : norm());  // some never push
+      ASSERT_GE(s.Threshold(all), bound) << "trial " << trial;
+    }
+  }
+  EXPECT_GT(promised, 5000);  // and it promises something in most rounds with enough norms
+}
+
+TEST(NormScreen, SafeBoundFollowsTheLowestMedianTheRoundCanReach) {
+  NormScreen s(Opts());
+  EXPECT_EQ(s.SafeBound({1.0}, 3), 0.0);          // one norm, three to come: no promise
+  EXPECT_EQ(s.SafeBound({1.0, 2.0}, 0), 4.0);     // nothing to come: Threshold (here the pair rule)
+  s.Remember({1, 1, 1, 1});
+  s.Remember({1, 1, 1, 1});
+  // 8 remembered norms of 1, 4 pushes to come: the median of 12 can fall to the 2nd-smallest
+  // known (1), never lower: 1.5 x 1.
+  EXPECT_DOUBLE_EQ(s.SafeBound({}, 4), 1.5);
+  EXPECT_EQ(s.SafeBound({}, 8), 0.0);             // 8 unknowns could outvote 8 known
+  EXPECT_EQ(s.SafeBound({1.2}, 0), s.Threshold({1.2}));
+  NormScreen off(Opts(Robust::kOff));
+  EXPECT_EQ(off.SafeBound({}, 100), kInf);
 }
 
 TEST(ParseRobust, AcceptsTheThreeModes) {
