@@ -55,6 +55,7 @@ RoundEngine::Joined RoundEngine::Join(const std::string& name) {
   const uint64_t id = next_worker_id_++;
   if (pushed_.empty() && !AnyProvenLocked()) expected_.insert(id);  // cold start
   members_[id] = Member{name, clock_->Now()};
+  members_[id].first_round = open_round_ + (summed_early_ ? 1 : 0);  // see summing on arrival
   const uint64_t join_index = stats_.joins++;
   Logf("server", "worker %llu (%s) joined at round %llu; %zu live", static_cast<unsigned long long>(id),
        members_[id].name.c_str(), static_cast<unsigned long long>(open_round_), members_.size());
@@ -153,6 +154,19 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
     ++stats_.rejected_duplicate;
     return absl::AlreadyExistsError(absl::StrCat("worker ", worker_id, " already pushed round ", round));
   }
+  if (round < m.first_round) {
+    // kMean only (no sums on arrival with votes): it joined after this round's first sum on
+    // arrival, so its norm could lower the threshold below one already summed. A valid push
+    // proves it, as a late one does.
+    if (!norm.ok()) {
+      ++stats_.rejected_bad_payload;
+      return norm.status();
+    }
+    ++stats_.rejected_wrong_round;
+    m.proven = true;
+    return absl::FailedPreconditionError(absl::StrCat("joined round ", round, " after its first updates were summed; ",
+                                                      "push from round ", m.first_round, " on (fetch the model)"));
+  }
   if (const absl::Status s = validate(votes_.data()); !s.ok()) {
     ++stats_.rejected_bad_payload;
     return s;
@@ -160,7 +174,8 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
   bool sum_now = false;  // kMean: screening cannot touch it, so it is summed instead of held
   if (!vote) {
     round_norms_.push_back(*norm);
-    sum_now = *norm <= screen_.SafeBound(round_norms_, UnpushedLocked() - 1);
+    sum_now = *norm <= SafeNormLocked(pushed_.size() + 1, UnpushedLocked() - 1);
+    if (!sum_now && pending_bytes_ + payload.size() > options_.max_round_bytes) SumSafeLocked();  // frees room?
     if (!sum_now && pending_bytes_ + payload.size() > options_.max_round_bytes) {
       round_norms_.pop_back();
       ++stats_.rejected_round_full;
@@ -171,6 +186,7 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
   if (sum_now) {
     SumPayloads({WeightedPayload{payload, 1.0f}}, num_params_, sum_.data(), close_threads_);
     summed_norms_.push_back(*norm);
+    summed_early_ = true;
     ++stats_.summed_on_arrival;
   } else if (!vote) {
     pending_.push_back(Pending{worker_id, m.name, std::string(payload), *norm});
@@ -195,13 +211,20 @@ size_t RoundEngine::UnpushedLocked() const {
   return n;
 }
 
+double RoundEngine::SafeNormLocked(size_t pushed, size_t unknown) const {
+  // Below the quorum the round may still wait for joiners, whom `unknown` does not count.
+  if (pushed < std::max<size_t>(1, options_.min_quorum)) return -1;
+  return screen_.SafeBound(round_norms_, unknown);
+}
+
 void RoundEngine::SumSafeLocked() {
   if (pending_.empty()) return;
-  const double safe = screen_.SafeBound(round_norms_, UnpushedLocked());
+  const double safe = SafeNormLocked(pushed_.size(), UnpushedLocked());
   std::vector<WeightedPayload> now;
   for (const Pending& p : pending_)
     if (p.norm <= safe) now.push_back({p.payload, 1.0f});
   if (now.empty()) return;
+  summed_early_ = true;
   SumPayloads(now, num_params_, sum_.data(), close_threads_);
   auto summed = [&](const Pending& p) { return p.norm <= safe; };
   for (const Pending& p : pending_) {
@@ -262,6 +285,7 @@ size_t RoundEngine::SumScreenedLocked() {
   pending_bytes_ = 0;
   round_norms_.clear();
   summed_norms_.clear();
+  summed_early_ = false;
   return count;
 }
 

@@ -18,11 +18,14 @@
 // every joiner before the round's first push is expected. Anyone joined may push.
 // Closing: each pushed Δ is screened (server/screen.h: clipped or left out when its norm is
 // far above the round's robust statistics); g = mean of the screened Δ (or the majority
-// vote of signs). A push whose norm is at or below NormScreen::SafeBound (accepted unchanged
-// however the round ends, counting every live worker yet to push) is summed on arrival and
-// its payload dropped; only the others are held until the close (max_round_bytes bounds
-// them), so a round costs one model-sized sum, not N payloads. (A worker joining mid-round
-// and pushing can lower the final threshold below a norm already summed; that push stays.) outer SGD on θ_true; down = C(θ_true − θ_pub); θ_pub += decode(down).
+// vote of signs); outer SGD on θ_true; down = C(θ_true − θ_pub); θ_pub += decode(down).
+// Summing on arrival: once the round has its quorum, a push whose norm is at or below
+// NormScreen::SafeBound (accepted unchanged however the round ends, counting every member
+// yet to push) is summed at once and its payload dropped; only the others are held until
+// the close (max_round_bytes bounds them), so a round costs one model-sized sum, not N
+// payloads. So that the bound stays exact, an id that joins after a round's first such sum
+// (a newcomer, or a worker rejoining after an eviction) may push from the next round on:
+// its push for that round is refused with FAILED_PRECONDITION, like a late one, and proves it.
 // θ_true − θ_pub is the downlink's error feedback. No peer input can make the engine abort:
 // payloads are bounded at decode (kMaxAbsValue), and should the server's own downlink ever
 // fail its check, the round's step is discarded (θ_true reset to θ_pub) instead.
@@ -221,6 +224,7 @@ class RoundEngine {
     uint64_t next_round = 0;  // the round after its last accepted push
     uint32_t misses = 0;      // rounds in a row it was expected in and missed
     uint64_t reprove_after = 0;  // the first open round in which a late push proves it again
+    uint64_t first_round = 0;    // the first round it may push in (see summing on arrival)
   };
   // A validated push held for screening at the close (kMean): its payload and Δ's L2 norm.
   struct Pending {
@@ -235,6 +239,9 @@ class RoundEngine {
   void CloseRoundLocked();
   void ForgetLocked(uint64_t worker_id);
   bool AnyProvenLocked() const;
+  // The largest norm summed on arrival now (-1: none, the quorum is not there yet), with
+  // `unknown` members yet to push.
+  double SafeNormLocked(size_t pushed, size_t unknown) const;
   // Sums every held push that SafeBound now clears into sum_ and drops its payload.
   void SumSafeLocked();
   // Screens what is still held and sums what passes into sum_; returns how many pushes
@@ -269,6 +276,7 @@ class RoundEngine {
   std::vector<Pending> pending_;                       // guarded by mu_; this round's held pushes, in arrival order
   std::vector<double> round_norms_;                    // guarded by mu_; every accepted push's norm this round
   std::vector<double> summed_norms_;                   // guarded by mu_; norms of the pushes summed on arrival
+  bool summed_early_ = false;                          // guarded by mu_; a push of the open round was summed before its close
   uint64_t pending_bytes_ = 0;                         // guarded by mu_
   NormScreen screen_;                                  // guarded by mu_
   std::vector<int32_t> votes_;                         // guarded by mu_ (kVote only)

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <random>
 #include <thread>
@@ -482,6 +483,48 @@ TEST(RoundEngine, PushesTheScreenCannotTouchAreSummedOnArrival) {
   EXPECT_FLOAT_EQ(p[1], 1.0f - 2.0f / 4);
   EXPECT_FLOAT_EQ(p[2], 1.0f - 1.5f / 4);
   EXPECT_FLOAT_EQ(p[3], 1.0f - 2.0f);  // rounds 0 and 1
+}
+
+// Below the quorum nothing is summed on arrival: the round waits for joiners, whose norms
+// the bound cannot count. A lone first push of x1000 is still clipped by the pair rule.
+TEST(RoundEngine, NothingIsSummedOnArrivalBelowTheQuorum) {
+  EngineOptions o = Fixture::Defaults();
+  o.min_quorum = 2;
+  Fixture f(o);
+  auto a = f.engine.Join("evil");
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1000, 0, 0, 0})).ok());
+  auto b = f.engine.Join("b");
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 0, DensePayload({1, 0, 0, 0})).ok());
+  ASSERT_EQ(f.engine.Stats().open_round, 1u);
+  EXPECT_EQ(f.engine.Stats().summed_on_arrival, 1u);  // b's, with the quorum there
+  EXPECT_FLOAT_EQ((*f.engine.Snapshot().params)[0], 1.0f - (4.0f + 1.0f) / 2);  // evil clipped to 4 x 1
+}
+
+// An id that joins after a round's first sum on arrival (a newcomer, or a worker rejoining
+// after an eviction) may push from the next round on: its norm could have lowered the
+// threshold below one already summed. Its refused push proves it.
+TEST(RoundEngine, AJoinerAfterASumOnArrivalPushesFromTheNextRound) {
+  Fixture f(Fixture::Defaults(), 4);
+  auto a = f.engine.Join("a"), b = f.engine.Join("b"), c = f.engine.Join("c");
+  for (uint64_t r = 0; r < 2; ++r)
+    for (auto* w : {&a, &b, &c}) ASSERT_TRUE(f.engine.Push(w->worker_id, r, DensePayload({0, 0, 0, 1})).ok());
+  const uint64_t before = f.engine.Stats().summed_on_arrival;
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 2, DensePayload({0, 0, 0, 1})).ok());
+  ASSERT_EQ(f.engine.Stats().summed_on_arrival, before + 1);
+  auto d = f.engine.Join("rejoined");
+  absl::Status s = f.engine.Push(d.worker_id, 2, DensePayload({1e-3f, 0, 0, 0}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_EQ(f.engine.Push(d.worker_id, 2, DensePayload({NAN, 0, 0, 0})).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 2, DensePayload({0, 0, 0, 1})).ok());
+  ASSERT_TRUE(f.engine.Push(c.worker_id, 2, DensePayload({0, 0, 0, 1})).ok());
+  auto u = f.engine.AwaitRound(2, 0);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->contributors, 3u);
+  // Proven by its refused push, d is expected in round 3 and its push counts.
+  for (auto* w : {&a, &b, &c}) ASSERT_TRUE(f.engine.Push(w->worker_id, 3, DensePayload({0, 0, 0, 1})).ok());
+  EXPECT_EQ(f.engine.Stats().open_round, 3u);  // waits for d
+  ASSERT_TRUE(f.engine.Push(d.worker_id, 3, DensePayload({0, 0, 0, 1})).ok());
+  EXPECT_EQ(f.engine.Stats().open_round, 4u);
 }
 
 // max_round_bytes bounds only what is held: two workers run with room for one payload.
