@@ -45,7 +45,7 @@ ABSL_FLAG(std::string, workers, "1,4,16,64,256", "Worker counts (part 1)");
 ABSL_FLAG(std::string, codecs, "2bit,dense", "Payload codecs: 2bit (the muloco-2bit preset's codecs, both ways) and/or dense (fp32)");
 ABSL_FLAG(int, rounds, 2, "Timed rounds per cell, after one untimed round");
 ABSL_FLAG(double, max_work, 3.3e9, "Skip part-1 cells whose workers x parameters exceed this (time on a small machine)");
-ABSL_FLAG(double, max_payload_gib, 3.5, "Skip cells whose payloads of one round exceed this (the engine may hold up to half of them in a cold first round)");
+ABSL_FLAG(double, max_payload_gib, 3.5, "Skip cells whose payloads of one round exceed this (the engine may hold up to two thirds of them in a cold first round)");
 ABSL_FLAG(int, push_threads, 0, "Threads pushing in part 1, like gRPC handlers (0: one per core)");
 ABSL_FLAG(double, grpc_size, 1e7, "Model size of part 2 (0: skip part 2)");
 ABSL_FLAG(std::string, grpc_workers, "1,4,16", "Worker counts of part 2 (client threads over loopback gRPC)");

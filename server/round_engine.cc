@@ -154,10 +154,10 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
     ++stats_.rejected_duplicate;
     return absl::AlreadyExistsError(absl::StrCat("worker ", worker_id, " already pushed round ", round));
   }
-  if (round < m.first_round) {
+  if (round < m.first_round && pushed_.size() >= std::max<size_t>(1, options_.min_quorum)) {
     // kMean only (no sums on arrival with votes): it joined after this round's first sum on
-    // arrival, so its norm could lower the threshold below one already summed. A valid push
-    // proves it, as a late one does.
+    // arrival, and the round has its quorum, so the bound did not count it: its norm could
+    // lower the threshold below one already summed. A valid push proves it, as a late one does.
     if (!norm.ok()) {
       ++stats_.rejected_bad_payload;
       return norm.status();
@@ -211,10 +211,11 @@ size_t RoundEngine::UnpushedLocked() const {
   return n;
 }
 
-double RoundEngine::SafeNormLocked(size_t pushed, size_t unknown) const {
-  // Below the quorum the round may still wait for joiners, whom `unknown` does not count.
-  if (pushed < std::max<size_t>(1, options_.min_quorum)) return -1;
-  return screen_.SafeBound(round_norms_, unknown);
+double RoundEngine::SafeNormLocked(size_t pushed, size_t unknown_members) const {
+  // Besides the members yet to push, newcomers may push while the round lacks its quorum
+  // (after that they wait for the next round: see Push), at most one per missing push.
+  const size_t quorum = std::max<size_t>(1, options_.min_quorum);
+  return screen_.SafeBound(round_norms_, unknown_members + (pushed < quorum ? quorum - pushed : 0));
 }
 
 void RoundEngine::SumSafeLocked() {

@@ -19,13 +19,14 @@
 // Closing: each pushed Δ is screened (server/screen.h: clipped or left out when its norm is
 // far above the round's robust statistics); g = mean of the screened Δ (or the majority
 // vote of signs); outer SGD on θ_true; down = C(θ_true − θ_pub); θ_pub += decode(down).
-// Summing on arrival: once the round has its quorum, a push whose norm is at or below
-// NormScreen::SafeBound (accepted unchanged however the round ends, counting every member
-// yet to push) is summed at once and its payload dropped; only the others are held until
-// the close (max_round_bytes bounds them), so a round costs one model-sized sum, not N
-// payloads. So that the bound stays exact, an id that joins after a round's first such sum
-// (a newcomer, or a worker rejoining after an eviction) may push from the next round on:
-// its push for that round is refused with FAILED_PRECONDITION, like a late one, and proves it.
+// Summing on arrival: a push whose norm is at or below NormScreen::SafeBound (accepted
+// unchanged however the round ends, counting every member yet to push and, while the round
+// lacks its quorum, one newcomer per missing push) is summed at once and its payload
+// dropped; only the others are held until the close (max_round_bytes bounds them), so a
+// round costs one model-sized sum, not N payloads. So that the bound stays exact, an id that
+// joins after a round's first such sum (a newcomer, or a worker rejoining after an eviction)
+// may push in that round only while it lacks its quorum; otherwise from the next round on
+// (FAILED_PRECONDITION, like a late push; a valid one proves it).
 // θ_true − θ_pub is the downlink's error feedback. No peer input can make the engine abort:
 // payloads are bounded at decode (kMaxAbsValue), and should the server's own downlink ever
 // fail its check, the round's step is discarded (θ_true reset to θ_pub) instead.
@@ -239,9 +240,9 @@ class RoundEngine {
   void CloseRoundLocked();
   void ForgetLocked(uint64_t worker_id);
   bool AnyProvenLocked() const;
-  // The largest norm summed on arrival now (-1: none, the quorum is not there yet), with
-  // `unknown` members yet to push.
-  double SafeNormLocked(size_t pushed, size_t unknown) const;
+  // The largest norm summed on arrival now, with `pushed` pushes in (the current one
+  // included) and `unknown_members` members yet to push.
+  double SafeNormLocked(size_t pushed, size_t unknown_members) const;
   // Sums every held push that SafeBound now clears into sum_ and drops its payload.
   void SumSafeLocked();
   // Screens what is still held and sums what passes into sum_; returns how many pushes

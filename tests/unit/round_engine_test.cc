@@ -485,9 +485,9 @@ TEST(RoundEngine, PushesTheScreenCannotTouchAreSummedOnArrival) {
   EXPECT_FLOAT_EQ(p[3], 1.0f - 2.0f);  // rounds 0 and 1
 }
 
-// Below the quorum nothing is summed on arrival: the round waits for joiners, whose norms
-// the bound cannot count. A lone first push of x1000 is still clipped by the pair rule.
-TEST(RoundEngine, NothingIsSummedOnArrivalBelowTheQuorum) {
+// Below the quorum the round waits for joiners, and the bound counts one per missing push:
+// a lone first push of x1000 is held, and clipped by the pair rule when b arrives.
+TEST(RoundEngine, BelowTheQuorumTheBoundCountsTheJoinersToCome) {
   EngineOptions o = Fixture::Defaults();
   o.min_quorum = 2;
   Fixture f(o);
@@ -525,6 +525,30 @@ TEST(RoundEngine, AJoinerAfterASumOnArrivalPushesFromTheNextRound) {
   EXPECT_EQ(f.engine.Stats().open_round, 3u);  // waits for d
   ASSERT_TRUE(f.engine.Push(d.worker_id, 3, DensePayload({0, 0, 0, 1})).ok());
   EXPECT_EQ(f.engine.Stats().open_round, 4u);
+}
+
+// A newcomer after a sum on arrival may still push while the round lacks its quorum (it
+// cannot close without them), and the sums stay exact: the bound counted those slots.
+TEST(RoundEngine, NewcomersMayCompleteAQuorumAfterASumOnArrival) {
+  EngineOptions o = Fixture::Defaults();
+  o.min_quorum = 3;
+  Fixture f(o, 4);
+  auto a = f.engine.Join("a"), b = f.engine.Join("b"), c = f.engine.Join("c");
+  for (uint64_t r = 0; r < 2; ++r)
+    for (auto* w : {&a, &b, &c}) ASSERT_TRUE(f.engine.Push(w->worker_id, r, DensePayload({0, 0, 0, 1})).ok());
+  const uint64_t before = f.engine.Stats().summed_on_arrival;
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 2, DensePayload({1, 0, 0, 0})).ok());
+  ASSERT_EQ(f.engine.Stats().summed_on_arrival, before + 1);  // 6 norms of 1 known, 4 to come at most
+  ASSERT_TRUE(f.engine.Leave(b.worker_id).ok());
+  ASSERT_TRUE(f.engine.Leave(c.worker_id).ok());
+  auto d = f.engine.Join("d"), e = f.engine.Join("e");
+  ASSERT_TRUE(f.engine.Push(d.worker_id, 2, DensePayload({0, 1, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(e.worker_id, 2, DensePayload({0, 0, 1, 0})).ok());
+  auto u = f.engine.AwaitRound(2, 0);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->contributors, 3u);
+  const std::vector<float> p = *f.engine.Snapshot().params;
+  for (int i = 0; i < 3; ++i) EXPECT_FLOAT_EQ(p[i], 1.0f - 1.0f / 3);
 }
 
 // max_round_bytes bounds only what is held: two workers run with room for one payload.
