@@ -30,6 +30,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from gpt_layout import tensor_shapes  # noqa: E402,F401  (tests call frontier.tensor_shapes)
+
 # Methods: (name, label, server flags). Every method trains R rounds of H inner steps per
 # worker; the H = 1 methods run R * H rounds of one step (marked "steps"). The top-k rows keep
 # outer lr 0.7: lr 1.0, best for dense MuLoCo, costs them 5-8%; and momentum 0.4 (bench/README.md).
@@ -71,15 +74,6 @@ def parse_codec(spec):
         else:
             c[key] = int(value)
     return c
-
-
-def tensor_shapes(vocab, n_layer, d, context):
-    """(rows, numel, is_vector) per tensor, in the GPT's layout order (common/model_layout.cc)."""
-    out = [(vocab, vocab * d, False), (context, context * d, False)]
-    for _ in range(n_layer):
-        out += [(d, d, True), (d, d, True), (3 * d, 3 * d * d, False), (d, d * d, False),
-                (d, d, True), (d, d, True), (4 * d, 4 * d * d, False), (d, 4 * d * d, False)]
-    return out + [(d, d, True), (d, d, True), (vocab, vocab * d, False)]
 
 
 def packed(n, bits):

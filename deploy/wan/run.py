@@ -28,6 +28,9 @@ import threading
 import time
 from datetime import datetime, timezone
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from gpt_layout import param_count  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "../.."))
 NETNS = os.path.join(HERE, "netns.sh")
@@ -408,8 +411,7 @@ def main():
             n_params = None
         if n_params is None:  # --compute_s given: ask a baseline-free way, the model shape of the preset
             m = {k: int(v) for k, v in re.findall(r"(vocab_size|n_layer|d_model|context): (\d+)", out)}
-            d, L, V, C = m["d_model"], m["n_layer"], m["vocab_size"], m["context"]
-            n_params = 2 * V * d + C * d + L * (12 * d * d + 4 * d) + 2 * d
+            n_params = param_count(m["vocab_size"], m["n_layer"], m["d_model"], m["context"])
         a.dense_bytes = n_params * 4
         print(f"small model here: {n_params} parameters, dense payload {a.dense_bytes} bytes; compute "
               f"{a.compute_s:.2f} s per round (H={a.inner_steps}, {a.workers} workers on {os.cpu_count()} cores)")

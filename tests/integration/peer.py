@@ -2,7 +2,9 @@
 metadata of proto/muloco/v1/muloco.proto, the GPT parameter layout of
 common/model_layout.cc and payloads written from the byte layout in common/codec.h. Tests use
 it as an honest probe and as a hostile peer."""
+import os
 import struct
+import sys
 
 import grpc
 import numpy as np
@@ -10,19 +12,12 @@ import xxhash
 
 import muloco.v1.muloco_pb2 as pb
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from gpt_layout import tensor_shapes as gpt_shapes  # noqa: E402  (TINY's model by default)
+
 MODEL_SEED = 0x6D756C6F636F
 BODY_SEED = 0x626F6479
 DENSE, LLOYD = 1, 7
-
-
-def gpt_shapes(vocab=256, n_layer=1, d_model=32, context=32):
-    """[(rows, numel, is_vector)] per tensor, in layout order (common/model_layout.cc)."""
-    d = d_model
-    shapes = [(vocab, vocab * d, False), (context, context * d, False)]
-    for _ in range(n_layer):
-        shapes += [(d, d, True), (d, d, True), (3 * d, 3 * d * d, False), (d, d * d, False),
-                   (d, d, True), (d, d, True), (4 * d, 4 * d * d, False), (d, 4 * d * d, False)]
-    return shapes + [(d, d, True), (d, d, True), (vocab, vocab * d, False)]
 
 
 def _frame(entries, datas, version=2):
