@@ -47,9 +47,11 @@ constexpr Preset kPresets[] = {
                          uplink_codec: "lloyd:bits=2,chunk=4096" downlink_codec: "lloyd:bits=2,chunk=4096")pb"},
     // At most 1 bit per parameter up and 2 down: 1-bit Lloyd on a seeded 93% of each chunk up,
     // 2-bit on 95% down, vectors too. Its coarser codes want less outer momentum, a larger outer
-    // lr and a decaying error feedback: the frontier sweeps (bench/README.md) moved it from
-    // +5.1% to +3.5% over dense MuLoCo with momentum 0.2, lr 1.6, ef_beta 0.8.
-    {"muloco-1bit", R"pb(inner_optimizer: "muon" outer_lr: 1.6 outer_momentum: 0.2 ef_beta: 0.8
+    // lr and no uplink error feedback (ef_beta 0; the downlink keeps θ_true − θ_pub): the
+    // frontier sweeps (bench/README.md) gave, over ef_beta 0.8 / 0.6 / 0.4 / 0.2 / 0, 2.4846 /
+    // 2.4750 / 2.4678 / 2.4674 / 2.4658 on 10 rounds and 2.0239 / - / 2.0031 / - / 1.9934 on 30
+    // (dense MuLoCo 2.0004), with momentum 0.2 and lr 1.6.
+    {"muloco-1bit", R"pb(inner_optimizer: "muon" outer_lr: 1.6 outer_momentum: 0.2 ef_beta: 0
                          uplink_codec: "lloyd:bits=1,chunk=4096,keep=0.93,vectors=same"
                          downlink_codec: "lloyd:bits=2,chunk=4096,keep=0.95,vectors=same")pb"},
     // Sign steps move |dW| = outer_lr x the inner schedule per coordinate, after the inner
