@@ -31,7 +31,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
-from gpt_layout import tensor_shapes  # noqa: E402,F401  (tests call frontier.tensor_shapes)
+from gpt_layout import tensor_shapes  # noqa: E402
 
 # Methods: (name, label, server flags). Every method trains R rounds of H inner steps per
 # worker; the H = 1 methods run R * H rounds of one step (marked "steps"). The top-k rows keep

@@ -6,9 +6,9 @@
 // cell: wall time per round (first push to the round's update), the share of it in the
 // round's close (EngineStats::last_close_seconds: screening and summing what is still held,
 // outer step, downlink encode; the rest is the pushes' validation, norms and, for the pushes
-// summed on arrival, their sums), the engine's peak memory, and bytes per round. Part 2 (gRPC): the real server (RunServer) on
-// loopback with N client threads (the worker's ServerClient) at one model size, to see what
-// the service adds. Prints one table per part; --csv writes every row.
+// summed on arrival, their sums), the engine's peak memory, and bytes per round. Part 2
+// (gRPC): the real server (RunServer) on loopback with N client threads (the worker's
+// ServerClient) at one model size, to see what the service adds. Prints one table per part; --csv writes every row.
 #include <sys/resource.h>
 
 #include <algorithm>

@@ -55,7 +55,7 @@ RoundEngine::Joined RoundEngine::Join(const std::string& name) {
   const uint64_t id = next_worker_id_++;
   if (pushed_.empty() && !AnyProvenLocked()) expected_.insert(id);  // cold start
   members_[id] = Member{name, clock_->Now()};
-  members_[id].first_round = open_round_ + (summed_early_ ? 1 : 0);  // see summing on arrival
+  members_[id].first_round = open_round_ + (summed_norms_.empty() ? 0 : 1);  // see summing on arrival
   const uint64_t join_index = stats_.joins++;
   Logf("server", "worker %llu (%s) joined at round %llu; %zu live", static_cast<unsigned long long>(id),
        members_[id].name.c_str(), static_cast<unsigned long long>(open_round_), members_.size());
@@ -154,30 +154,27 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
     ++stats_.rejected_duplicate;
     return absl::AlreadyExistsError(absl::StrCat("worker ", worker_id, " already pushed round ", round));
   }
+  if (const absl::Status s = validate(votes_.data()); !s.ok()) {
+    ++stats_.rejected_bad_payload;
+    return s;
+  }
   if (round < m.first_round && pushed_.size() >= std::max<size_t>(1, options_.min_quorum)) {
-    // kMean only (no sums on arrival with votes): it joined after this round's first sum on
-    // arrival, and the round has its quorum, so the bound did not count it: its norm could
-    // lower the threshold below one already summed. A valid push proves it, as a late one does.
-    if (!norm.ok()) {
-      ++stats_.rejected_bad_payload;
-      return norm.status();
-    }
+    // kMean only (votes are never summed on arrival): it joined after this round's first sum
+    // on arrival, and the round has its quorum, so the bound did not count it: its norm could
+    // lower the threshold below one already summed. Its valid push proves it, as a late one does.
     ++stats_.rejected_wrong_round;
     m.proven = true;
     return absl::FailedPreconditionError(absl::StrCat("joined round ", round, " after its first updates were summed; ",
                                                       "push from round ", m.first_round, " on (fetch the model)"));
   }
-  if (const absl::Status s = validate(votes_.data()); !s.ok()) {
-    ++stats_.rejected_bad_payload;
-    return s;
-  }
   bool sum_now = false;  // kMean: screening cannot touch it, so it is summed instead of held
   if (!vote) {
-    round_norms_.push_back(*norm);
-    sum_now = *norm <= SafeNormLocked(pushed_.size() + 1, UnpushedLocked() - 1);
-    if (!sum_now && pending_bytes_ + payload.size() > options_.max_round_bytes) SumSafeLocked();  // frees room?
-    if (!sum_now && pending_bytes_ + payload.size() > options_.max_round_bytes) {
-      round_norms_.pop_back();
+    std::vector<double> norms = RoundNormsLocked();
+    norms.push_back(*norm);
+    sum_now = *norm <= SafeNormLocked(norms, pushed_.size() + 1, UnpushedLocked() - 1);
+    auto full = [&] { return pending_bytes_ + payload.size() > options_.max_round_bytes; };
+    if (!sum_now && full()) SumSafeLocked();  // held pushes it clears free their room
+    if (!sum_now && full()) {
       ++stats_.rejected_round_full;
       return absl::ResourceExhaustedError(absl::StrCat("this round already holds ", pending_bytes_,
                                                        " payload bytes; retry in the next round"));
@@ -186,7 +183,6 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
   if (sum_now) {
     SumPayloads({WeightedPayload{payload, 1.0f}}, num_params_, sum_.data(), close_threads_);
     summed_norms_.push_back(*norm);
-    summed_early_ = true;
     ++stats_.summed_on_arrival;
   } else if (!vote) {
     pending_.push_back(Pending{worker_id, m.name, std::string(payload), *norm});
@@ -211,21 +207,26 @@ size_t RoundEngine::UnpushedLocked() const {
   return n;
 }
 
-double RoundEngine::SafeNormLocked(size_t pushed, size_t unknown_members) const {
+std::vector<double> RoundEngine::RoundNormsLocked() const {
+  std::vector<double> norms = summed_norms_;
+  for (const Pending& p : pending_) norms.push_back(p.norm);
+  return norms;
+}
+
+double RoundEngine::SafeNormLocked(const std::vector<double>& norms, size_t pushed, size_t unknown_members) const {
   // Besides the members yet to push, newcomers may push while the round lacks its quorum
   // (after that they wait for the next round: see Push), at most one per missing push.
   const size_t quorum = std::max<size_t>(1, options_.min_quorum);
-  return screen_.SafeBound(round_norms_, unknown_members + (pushed < quorum ? quorum - pushed : 0));
+  return screen_.SafeBound(norms, unknown_members + (pushed < quorum ? quorum - pushed : 0));
 }
 
 void RoundEngine::SumSafeLocked() {
   if (pending_.empty()) return;
-  const double safe = SafeNormLocked(pushed_.size(), UnpushedLocked());
+  const double safe = SafeNormLocked(RoundNormsLocked(), pushed_.size(), UnpushedLocked());
   std::vector<WeightedPayload> now;
   for (const Pending& p : pending_)
     if (p.norm <= safe) now.push_back({p.payload, 1.0f});
   if (now.empty()) return;
-  summed_early_ = true;
   SumPayloads(now, num_params_, sum_.data(), close_threads_);
   auto summed = [&](const Pending& p) { return p.norm <= safe; };
   for (const Pending& p : pending_) {
@@ -257,7 +258,7 @@ void RoundEngine::CountScreenLocked(const std::string& name, bool rejected) {
 }
 
 size_t RoundEngine::SumScreenedLocked() {
-  const double limit = screen_.Threshold(round_norms_);
+  const double limit = screen_.Threshold(RoundNormsLocked());
   std::vector<double> summed = std::move(summed_norms_);
   std::vector<WeightedPayload> kept;  // validated at Push
   std::string report;
@@ -284,9 +285,7 @@ size_t RoundEngine::SumScreenedLocked() {
   screen_.Remember(std::move(summed));
   pending_.clear();
   pending_bytes_ = 0;
-  round_norms_.clear();
   summed_norms_.clear();
-  summed_early_ = false;
   return count;
 }
 

@@ -240,9 +240,11 @@ class RoundEngine {
   void CloseRoundLocked();
   void ForgetLocked(uint64_t worker_id);
   bool AnyProvenLocked() const;
-  // The largest norm summed on arrival now, with `pushed` pushes in (the current one
-  // included) and `unknown_members` members yet to push.
-  double SafeNormLocked(size_t pushed, size_t unknown_members) const;
+  // Every accepted push's norm in the open round: summed ones, then held ones.
+  std::vector<double> RoundNormsLocked() const;
+  // The largest norm summed on arrival now, given the round's `norms` (the current push's
+  // included), `pushed` pushes in and `unknown_members` members yet to push.
+  double SafeNormLocked(const std::vector<double>& norms, size_t pushed, size_t unknown_members) const;
   // Sums every held push that SafeBound now clears into sum_ and drops its payload.
   void SumSafeLocked();
   // Screens what is still held and sums what passes into sum_; returns how many pushes
@@ -275,9 +277,8 @@ class RoundEngine {
   std::set<uint64_t> pushed_;                          // guarded by mu_
   std::vector<float> sum_;                             // guarded by mu_
   std::vector<Pending> pending_;                       // guarded by mu_; this round's held pushes, in arrival order
-  std::vector<double> round_norms_;                    // guarded by mu_; every accepted push's norm this round
-  std::vector<double> summed_norms_;                   // guarded by mu_; norms of the pushes summed on arrival
-  bool summed_early_ = false;                          // guarded by mu_; a push of the open round was summed before its close
+  std::vector<double> summed_norms_;                   // guarded by mu_; norms of the open round's pushes summed
+                                                       // before its close (non-empty: newcomers wait, see the top)
   uint64_t pending_bytes_ = 0;                         // guarded by mu_
   NormScreen screen_;                                  // guarded by mu_
   std::vector<int32_t> votes_;                         // guarded by mu_ (kVote only)
