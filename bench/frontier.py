@@ -56,7 +56,7 @@ ROUND_RE = re.compile(r"round (\d+): train_loss (\S+), up (\d+) bytes .*?down (\
 EVAL_RE = re.compile(r"eval: round (\d+) val_loss (\S+)")
 JOIN_RE = re.compile(r"joined .*?: (.*)$", re.M)
 FINAL_RE = re.compile(r"final: .*; checksum ([0-9a-f]+)")
-PARAMS_RE = re.compile(r"fetched model at round \d+ \((\d+) parameters\)")
+PARAMS_RE = re.compile(r"(?:fetched|built) model at round \d+ \((\d+) parameters\)")
 
 
 # ---------------------------------------------------------------- the wire format, independently

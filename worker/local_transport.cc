@@ -20,6 +20,7 @@ absl::StatusOr<v1::JoinResponse> LocalTransport::Join(const std::string& name, c
 absl::StatusOr<FetchedModel> LocalTransport::FetchModel(uint64_t worker_id) {
   if (!engine_->IsMember(worker_id)) return absl::NotFoundError("unknown worker: join again");
   const ModelSnapshot s = engine_->Snapshot();
+  ++fetches_;
   return FetchedModel{s.round, s.checksum, *s.params};
 }
 

@@ -25,11 +25,14 @@ class LocalTransport : public Transport {
   absl::Status Heartbeat(uint64_t worker_id, const v1::WorkerReport& report) override;
   absl::Status Leave(uint64_t worker_id) override;
   std::string Describe() const override { return "in-process"; }
+  // Complete model fetches served (tests: a worker that builds the initial model fetches none).
+  uint64_t fetches() const { return fetches_.load(); }
 
  private:
   RoundEngine* const engine_;
   const v1::RunConfig config_;
   std::atomic<bool> cancelled_{false};
+  std::atomic<uint64_t> fetches_{0};
 };
 
 }  // namespace muloco

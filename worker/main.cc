@@ -48,6 +48,9 @@ ABSL_FLAG(std::string, device, "auto",
           "Where to train and compress: cpu, cuda, cuda:N, or auto (CUDA when usable, else the CPU)");
 ABSL_FLAG(std::string, dtype, "fp32", "Forward/backward precision: fp32, or bf16 (autocast on CUDA; fp32 master weights)");
 ABSL_FLAG(double, progress_s, 30, "Log a progress line this often while a round trains (0: never)");
+ABSL_FLAG(bool, init_from_seed, true,
+          "Joining a fresh run (round 0): build the initial model from the run's init_seed instead of fetching it, "
+          "when its checksum is the server's (saves a dense model transfer per worker); false: always fetch");
 
 namespace {
 
@@ -104,6 +107,7 @@ int main(int argc, char** argv) {
   o.fault_nonfinite_rounds = absl::GetFlag(FLAGS_fault_nonfinite_rounds);
   o.progress_s = absl::GetFlag(FLAGS_progress_s);
   o.overlap = absl::GetFlag(FLAGS_overlap);
+  o.init_from_seed = absl::GetFlag(FLAGS_init_from_seed);
   o.overlap_steps = absl::GetFlag(FLAGS_overlap_steps);
   std::string note;
   absl::StatusOr<ComputeDevice> device = ResolveDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_dtype), &note);

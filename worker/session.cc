@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
 #include "common/histogram.h"
+#include "common/checksum.h"
 #include "common/codec.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -174,6 +175,10 @@ class WorkerSession {
   int Finish();
   absl::Status Join(double timeout_s);
   absl::Status Resync();
+  // After a Join at round 0 (with --init_from_seed): builds the initial model from the run
+  // config's init_seed and keeps it when its checksum is the one the server sent (true);
+  // otherwise (another build's random numbers, a resumed run) the model is fetched.
+  bool BuildSeededModel();
   // Ends the run with an error (or, when a stop signal came meanwhile, with Stop()).
   int Fail(const absl::Status& s);
   // Leaves on a stop signal; the round in progress is dropped, the exchange in flight (if
@@ -211,6 +216,8 @@ class WorkerSession {
   std::atomic<uint64_t> id_{0};
   uint64_t join_index_ = 0;  // of the first join: seeds this worker's data order
   v1::RunConfig config_;
+  // The model checksum of the last Join at round 0, while a seeded build may stand for the fetch.
+  std::optional<uint64_t> seed_candidate_;
   Replica pub_;
   std::mutex stats_mu_;
   WorkerStats stats_;  // guarded by stats_mu_ for the metrics endpoint's reads
@@ -267,6 +274,8 @@ absl::Status WorkerSession::Join(double timeout_s) {
   }
   if (id_ == 0) join_index_ = joined->join_index();
   config_ = joined->config();
+  seed_candidate_.reset();
+  if (o_.init_from_seed && joined->round() == 0) seed_candidate_ = joined->model_checksum();
   id_ = joined->worker_id();
   Logf(tag_.c_str(), "joined %s as %s (id %llu) at round %llu: %s", client_.Describe().c_str(), name_.c_str(),
        static_cast<unsigned long long>(id_.load()), static_cast<unsigned long long>(joined->round()),
@@ -274,13 +283,36 @@ absl::Status WorkerSession::Join(double timeout_s) {
   return absl::OkStatus();
 }
 
-// Fetches the public model; joins again first if the server no longer knows this worker.
+bool WorkerSession::BuildSeededModel() {
+  if (!seed_candidate_) return false;
+  const uint64_t checksum = *seed_candidate_;
+  seed_candidate_.reset();  // once per join: a later resync fetches
+  FetchedModel m{0, checksum, InitParams(config_.model(), GptLayout(config_.model()))};
+  const uint64_t built = ParamChecksum(m.params.data(), m.params.size());
+  if (built != checksum) {
+    Logf(tag_.c_str(), "the model built from init_seed %llu has checksum %016llx, the server's is %016llx: fetching it",
+         static_cast<unsigned long long>(config_.model().init_seed()), static_cast<unsigned long long>(built),
+         static_cast<unsigned long long>(checksum));
+    return false;
+  }
+  pub_.Reset(std::move(m));
+  Count([&](WorkerStats& st) { st.round = pub_.round(); });
+  Logf(tag_.c_str(), "built model at round %llu (%zu parameters) from init_seed %llu: checksum %016llx is the server's, "
+       "nothing fetched", static_cast<unsigned long long>(pub_.round()), pub_.size(),
+       static_cast<unsigned long long>(config_.model().init_seed()), static_cast<unsigned long long>(built));
+  return true;
+}
+
+// Fetches the public model (or builds it: BuildSeededModel); joins again first if the
+// server no longer knows this worker.
 absl::Status WorkerSession::Resync() {
+  if (BuildSeededModel()) return absl::OkStatus();
   for (int attempt = 0; attempt < 5; ++attempt) {
     absl::StatusOr<FetchedModel> m =
         Retry([&] { return client_.FetchModel(id_.load()); }, o_.retry_timeout_s);
     if (m.ok()) {
       pub_.Reset(*std::move(m));
+      seed_candidate_.reset();  // a Join in this loop: the fetched model stands
       Count([&](WorkerStats& st) {
         ++st.model_fetches;
         st.round = pub_.round();

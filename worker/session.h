@@ -35,6 +35,9 @@ struct WorkerOptions {
   bool overlap = false;
   uint32_t overlap_steps = 0;              // overlap: apply the update after exactly this many steps (0: on arrival)
   double progress_s = 30;                  // log a progress line this often while a round trains (0: never)
+  // A fresh run's initial model is a function of the run config (common/model_layout.h:
+  // InitParams): build it here instead of fetching it, when its checksum is the server's.
+  bool init_from_seed = true;
   ComputeDevice device;                    // where training, error feedback and the uplink encoder run
   // Set by main's SIGTERM/SIGINT handler to the signal's number (null: never stops). Once
   // nonzero the worker drops the round in progress, sends Leave and exits 0.

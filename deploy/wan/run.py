@@ -110,7 +110,7 @@ def parse_worker(text):
     for line in text.splitlines():
         if w["joined"] is None and " joined " in line:
             w["joined"] = stamp(line)
-        elif w["fetched"] is None and "fetched model" in line:
+        elif w["fetched"] is None and re.search(r"(fetched|built) model at round", line):
             w["fetched"] = stamp(line)
         elif m := ROUND_RE.search(line):
             w["rounds"].append(dict(t=stamp(line), round=int(m[1]), up=int(m[3]), down=int(m[4]),
@@ -330,7 +330,7 @@ def calibrate(a, tag, outdir, overlap_ok):
             per_round.append(w["train_total"] / len(w["rounds"]))
     if not per_round or any(c != 0 for c in r["codes"]):
         raise RuntimeError(f"calibration run failed (exit codes {r['codes']}); logs in {r['logdir']}")
-    m = re.search(r"fetched model at round \d+ \((\d+) parameters\)", open(os.path.join(r["logdir"], "w0.log")).read())
+    m = re.search(r"(?:fetched|built) model at round \d+ \((\d+) parameters\)", open(os.path.join(r["logdir"], "w0.log")).read())
     return sum(per_round) / len(per_round), int(m[1])
 
 

@@ -161,7 +161,7 @@ class Metrics(ClusterTest):
                          ["bad_payload", "duplicate", "round_full", "unknown_worker", "wrong_round"])
         self.assertEqual(set(rejected.values()), {0.0})
         fetches = self.query(base, "muloco_model_fetches_total")
-        self.assertEqual(list(fetches.values()), [2.0])  # one fetch per worker, nothing more
+        self.assertEqual(list(fetches.values()), [0.0])  # the workers built the initial model from its seed
         losses = self.query(base, "muloco_worker_train_loss")
         self.assertEqual(len(losses), 2)
         for v in losses.values():

@@ -51,15 +51,19 @@ struct Outcome {
   std::vector<std::vector<float>> finals;
   EngineStats stats;
   std::vector<float> theta_pub;
+  std::vector<uint64_t> fetches;  // complete model fetches per worker
 };
 
-Outcome RunInProcess(const v1::RunConfig& config, int workers) {
+// The engine starts from `initial` (empty: InitParams, as muloco-server does).
+Outcome RunInProcess(const v1::RunConfig& config, int workers, std::vector<float> initial = {},
+                     bool init_from_seed = true) {
   torch::set_num_threads(1);
   const ParamLayout layout = GptLayout(config.model());
   ServerOptions so;
   so.round_timeout_s = 600;  // every worker is waited for
   SystemClock clock;
-  RoundEngine engine(EngineOptionsFor(so, config, layout), InitParams(config.model(), layout), &clock);
+  if (initial.empty()) initial = InitParams(config.model(), layout);
+  RoundEngine engine(EngineOptionsFor(so, config, layout), std::move(initial), &clock);
   Outcome out;
   out.codes.assign(workers, -1);
   std::vector<std::string> paths;
@@ -78,6 +82,7 @@ Outcome RunInProcess(const v1::RunConfig& config, int workers) {
       o.save_final = paths[i];
       o.heartbeat_s = 0.5;
       o.progress_s = 0;
+      o.init_from_seed = init_from_seed;
       out.codes[i] = RunWorkerOver(o, transports[i].get(), "");
     });
   }
@@ -94,7 +99,15 @@ Outcome RunInProcess(const v1::RunConfig& config, int workers) {
   for (const std::string& p : paths) out.finals.push_back(ReadFloats(p));
   out.stats = engine.Stats();
   out.theta_pub = *engine.Snapshot().params;
+  for (const auto& t : transports) out.fetches.push_back(t->fetches());
   return out;
+}
+
+void ExpectReplicasAreTheEngines(const Outcome& out) {
+  for (const std::vector<float>& f : out.finals) {
+    ASSERT_EQ(f.size(), out.theta_pub.size());
+    EXPECT_EQ(std::memcmp(f.data(), out.theta_pub.data(), f.size() * sizeof(float)), 0);
+  }
 }
 
 TEST(InProcessWorkers, ThreeMuLoCoWorkersEndBitIdenticalToTheEngine) {
@@ -105,13 +118,26 @@ TEST(InProcessWorkers, ThreeMuLoCoWorkersEndBitIdenticalToTheEngine) {
   EXPECT_EQ(out.stats.pushes_accepted, 4u * 3);  // nobody missed a round
   EXPECT_EQ(out.stats.last_contributors, 3u);
   ASSERT_EQ(out.theta_pub.size(), TotalParams(GptLayout(config.model())));
-  for (const std::vector<float>& f : out.finals) {
-    ASSERT_EQ(f.size(), out.theta_pub.size());
-    EXPECT_EQ(std::memcmp(f.data(), out.theta_pub.data(), f.size() * sizeof(float)), 0);
-  }
+  ExpectReplicasAreTheEngines(out);
   // The model moved: training happened.
   const std::vector<float> init = InitParams(config.model(), GptLayout(config.model()));
   EXPECT_NE(std::memcmp(init.data(), out.theta_pub.data(), init.size() * sizeof(float)), 0);
+  // A fresh run's initial model is built from the config's seed: nothing was fetched.
+  EXPECT_EQ(out.fetches, std::vector<uint64_t>(3, 0));
+}
+
+TEST(InProcessWorkers, AnInitialModelOtherThanTheSeedsIsFetched) {
+  const v1::RunConfig config = TinyRun("muloco-2bit", 2);
+  std::vector<float> initial = InitParams(config.model(), GptLayout(config.model()));
+  initial[7] += 0.5f;  // what the seed gives, but for one parameter: the checksums differ
+  const Outcome out = RunInProcess(config, 2, initial);
+  for (int code : out.codes) EXPECT_EQ(code, 0);
+  EXPECT_EQ(out.fetches, std::vector<uint64_t>(2, 1));
+  ExpectReplicasAreTheEngines(out);
+  // And with --init_from_seed=false every worker fetches even the seed's model.
+  const Outcome fetched = RunInProcess(config, 2, {}, /*init_from_seed=*/false);
+  EXPECT_EQ(fetched.fetches, std::vector<uint64_t>(2, 1));
+  ExpectReplicasAreTheEngines(fetched);
 }
 
 TEST(InProcessWorkers, SignMuonWorkersVoteThroughTheSameSeam) {
@@ -119,10 +145,7 @@ TEST(InProcessWorkers, SignMuonWorkersVoteThroughTheSameSeam) {
   const Outcome out = RunInProcess(config, 2);
   for (int code : out.codes) EXPECT_EQ(code, 0);
   EXPECT_EQ(out.stats.rounds_closed, 3u);
-  for (const std::vector<float>& f : out.finals) {
-    ASSERT_EQ(f.size(), out.theta_pub.size());
-    EXPECT_EQ(std::memcmp(f.data(), out.theta_pub.data(), f.size() * sizeof(float)), 0);
-  }
+  ExpectReplicasAreTheEngines(out);
 }
 
 TEST(LocalTransport, SpeaksTheEngineCodes) {
