@@ -2,26 +2,28 @@
 # deploy/wan/netns.sh: emulates a wide-area link with network namespaces, veth pairs and tbf
 # (run as root). One namespace for the server (mwan-s-TAG) and one per worker (mwan-wI-TAG),
 # each worker joined to the server by its own veth pair and shaped with tbf on the egress of
-# BOTH ends, so uplink and downlink are each limited to the rate. Nothing is routed to the
+# BOTH ends, so uplink and downlink are each limited to their rate. Nothing is routed to the
 # host: traffic stays inside the namespaces made here.
 #
-#   netns.sh up TAG N RATE_MBIT       make the server namespace and N worker namespaces
-#   netns.sh shape TAG RATE_MBIT      change the rate of every link of TAG (0: unshaped)
-#   netns.sh down TAG                 remove everything TAG made (idempotent)
-#   netns.sh exec TAG server|wI CMD   run CMD in that namespace
-#   netns.sh addr TAG wI              the server's address as seen from worker I
-#   netns.sh show TAG                 the namespaces, addresses and qdiscs of TAG
+#   netns.sh up TAG N RATE_MBIT [UP_MBIT]   make the server namespace and N worker namespaces
+#   netns.sh shape TAG RATE_MBIT [UP_MBIT]  change the rates of every link of TAG (0: unshaped)
+#   netns.sh down TAG                       remove everything TAG made (idempotent)
+#   netns.sh exec TAG server|wI CMD         run CMD in that namespace
+#   netns.sh addr TAG wI                    the server's address as seen from worker I
+#   netns.sh show TAG                       the namespaces, addresses and qdiscs of TAG
 #
 # Worker I (0-based) talks to the server over 10.200.I.0/24 (server .1, worker .2; override the
 # first two octets with MWAN_NET=10.x). The addresses exist only inside these namespaces, so
-# runs with different TAGs may use the same ones. RATE_MBIT may be fractional (0.16 = 160 kbit/s).
+# runs with different TAGs may use the same ones. RATE_MBIT may be fractional (0.16 = 160 kbit/s);
+# it limits both directions, or only the downlink (server -> worker) when UP_MBIT is given for
+# the uplink (worker -> server): an asymmetric home link, e.g. 100 down and 20 up.
 # Interfaces: "wI" in the server namespace, "srv" in worker I's.
 set -Eeuo pipefail
 
 NET="${MWAN_NET:-10.200}"
 
 die() { echo "netns.sh: $*" >&2; exit 2; }
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 check_tag() {
   [[ "$1" =~ ^[A-Za-z0-9_.-]{1,40}$ ]] || die "TAG must be 1-40 characters of [A-Za-z0-9_.-]: '$1'"
@@ -56,12 +58,17 @@ shape_dev() {
   ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "${kbit}kbit" burst "$burst" limit "$limit"
 }
 
+check_rate() {
+  [[ "$2" =~ ^[0-9]*\.?[0-9]+$ ]] || die "$1 must be a number: '$2'"
+}
+
 cmd_up() {
-  [[ $# -eq 3 ]] || usage
-  local tag="$1" n="$2" rate="$3"
+  [[ $# -eq 3 || $# -eq 4 ]] || usage
+  local tag="$1" n="$2" rate="$3" up="${4:-$3}"
   check_tag "$tag"
   [[ "$n" =~ ^[0-9]+$ && "$n" -ge 1 && "$n" -le 250 ]] || die "N must be 1..250: '$n'"
-  [[ "$rate" =~ ^[0-9]*\.?[0-9]+$ ]] || die "RATE_MBIT must be a number: '$rate'"
+  check_rate RATE_MBIT "$rate"
+  check_rate UP_MBIT "$up"
   local s; s="$(server_ns "$tag")"
   ip netns list | awk '{print $1}' | grep -qx "$s" && die "$s exists already (netns.sh down $tag first)"
   # A failure half-way leaves nothing behind.
@@ -80,25 +87,26 @@ cmd_up() {
     ip -n "$s" link set "w$i" up
     ip -n "$w" link set srv up
     shape_dev "$s" "w$i" "$rate"   # server -> worker (downlink)
-    shape_dev "$w" srv "$rate"     # worker -> server (uplink)
+    shape_dev "$w" srv "$up"       # worker -> server (uplink)
   done
   trap - ERR
-  echo "made $s and $n worker namespace(s), $rate Mbit/s each way per link (0: unshaped):"
+  echo "made $s and $n worker namespace(s), $rate Mbit/s down and $up up per link (0: unshaped):"
   cmd_show "$tag"
 }
 
 cmd_shape() {
-  [[ $# -eq 2 ]] || usage
-  local tag="$1" rate="$2" i
+  [[ $# -eq 2 || $# -eq 3 ]] || usage
+  local tag="$1" rate="$2" up="${3:-$2}" i
   check_tag "$tag"
-  [[ "$rate" =~ ^[0-9]*\.?[0-9]+$ ]] || die "RATE_MBIT must be a number: '$rate'"
+  check_rate RATE_MBIT "$rate"
+  check_rate UP_MBIT "$up"
   local s; s="$(server_ns "$tag")"
   ip netns list | awk '{print $1}' | grep -qx "$s" || die "no namespace $s (netns.sh up first)"
   for i in $(worker_indices "$tag"); do
     shape_dev "$s" "w$i" "$rate"
-    shape_dev "$(worker_ns "$tag" "$i")" srv "$rate"
+    shape_dev "$(worker_ns "$tag" "$i")" srv "$up"
   done
-  echo "links of $tag now at $rate Mbit/s each way (0: unshaped)"
+  echo "links of $tag now at $rate Mbit/s down and $up up (0: unshaped)"
 }
 
 cmd_down() {

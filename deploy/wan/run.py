@@ -6,12 +6,13 @@ and MuLoCo 2-bit with --overlap on wall time per round (compute / blocked on the
 push), time to a target validation loss and bytes up and down.
 
 The link rate is not picked by hand: for each scenario (a 1B-parameter model on one H100 per
-site over 1 Gbit/s between datacenters, or over 100 Mbit/s for volunteers) it computes the
-ratio of dense fp32 communication time to compute time per round, measures this machine's
-compute time per round for the small test model (a short unshaped calibration run), and
-shapes the link so that the small model's dense payload gives the same ratio.
+site over 1 Gbit/s between datacenters, over 100 Mbit/s for volunteers, or over a home link of
+100 Mbit/s down and 20 up) it computes the ratio of dense fp32 communication time to compute
+time per round, measures this machine's compute time per round for the small test model (a
+short unshaped calibration run), and shapes the links, in the real link's down/up proportion,
+so that the small model's dense payload gives the same ratio.
 
-  deploy/wan/run.py                                  # both scenarios, all methods (~9-12 min on 2 cores)
+  deploy/wan/run.py                                  # every scenario, all methods (~15-20 min on 2 cores)
   deploy/wan/run.py --rounds 3 --scenario volunteer --methods dense,muloco-2bit
 See deploy/wan/README.md.
 """
@@ -45,9 +46,10 @@ METHODS = {
     "muloco-2bit-overlap": dict(label="MuLoCo 2-bit+EF --overlap", preset="muloco-2bit", overlap=True),
 }
 
-SCENARIOS = {  # name -> (description, link Mbit/s)
-    "datacenter": ("two datacenters, one H100 each, 1 Gbit/s between them", "dc_mbit"),
-    "volunteer": ("volunteers, one H100 each, 100 Mbit/s home/office links", "volunteer_mbit"),
+SCENARIOS = {  # name -> (description, flag of the downlink Mbit/s, flag of the uplink Mbit/s)
+    "datacenter": ("two datacenters, one H100 each, 1 Gbit/s between them", "dc_mbit", "dc_mbit"),
+    "volunteer": ("volunteers, one H100 each, 100 Mbit/s symmetric links", "volunteer_mbit", "volunteer_mbit"),
+    "home": ("volunteers, one H100 each, home links 100 Mbit/s down, 20 up", "home_down_mbit", "home_up_mbit"),
 }
 
 # ---------------------------------------------------------------- processes and cleanup
@@ -153,7 +155,7 @@ class Scraper(threading.Thread):
 
 # ---------------------------------------------------------------- one run
 
-def run_method(a, tag, name, method, k, rounds, rate_mbit, logdir, overlap_ok):
+def run_method(a, tag, name, method, k, rounds, rates, logdir, overlap_ok):
     """Runs the server and k workers to the end of the run; returns the parsed outcome."""
     os.makedirs(logdir, exist_ok=True)
     signmuon = method["preset"] == "signmuon"
@@ -188,7 +190,7 @@ def run_method(a, tag, name, method, k, rounds, rate_mbit, logdir, overlap_ok):
                                                    f"--name=w{i}", *worker_flags],
                              os.path.join(logdir, f"w{i}.log")))
     # A generous bound: every round at dense payloads both ways, three times over, plus start-up.
-    dense_comm = 2 * a.dense_bytes * 8 / (rate_mbit * 1e6) if rate_mbit > 0 else 0
+    dense_comm = link_seconds(a.dense_bytes, a.dense_bytes, rates)
     timeout = 120 + 3 * rounds * ((a.compute_s or 30) + dense_comm + 2) + (3 * n_rounds if signmuon else 0)
     codes = []
     for p in workers:
@@ -214,12 +216,24 @@ def run_method(a, tag, name, method, k, rounds, rate_mbit, logdir, overlap_ok):
                 server_checksum=server_sum, push_mean=(push_s / push_n) if push_n else None, logdir=logdir)
 
 
-def summarize(r, target, rate_mbit):
+def link_seconds(up_bytes, down_bytes, rates):
+    """Seconds to send up_bytes up and then down_bytes down at rates (down, up) Mbit/s (0: unshaped)."""
+    down, up = rates
+    return (up_bytes * 8 / (up * 1e6) if up > 0 else 0) + (down_bytes * 8 / (down * 1e6) if down > 0 else 0)
+
+
+def rates_text(rates):
+    """"R" for R Mbit/s each way, "D/U" for D down and U up."""
+    down, up = rates
+    return f"{down:.3f}" if down == up else f"{down:.3f}/{up:.3f}"
+
+
+def summarize(r, target, rates):
     """One table row from a run's logs (worker w0 for the timeline; every worker for agreement)."""
     w0 = r["workers"][0]
     rounds = w0["rounds"]
     n = len(rounds)
-    row = dict(method=r["label"], link_mbit=round(rate_mbit, 3), rounds=n, steps_per_round=r["h"],
+    row = dict(method=r["label"], link_mbit=rates_text(rates), rounds=n, steps_per_round=r["h"],
                exit_ok=all(c == 0 for c in r["codes"]))
     finals = [w["final"]["checksum"] if w["final"] else None for w in r["workers"]]
     row["replicas_agree"] = bool(r["server_checksum"]) and all(c == r["server_checksum"] for c in finals)
@@ -237,7 +251,7 @@ def summarize(r, target, rate_mbit):
                s_per_step=round_s / r["h"],
                up_bytes=w0["final"]["up"] if w0["final"] else sum(x["up"] for x in rounds),
                down_bytes=w0["final"]["down"] if w0["final"] else sum(x["down"] for x in rounds),
-               ideal_comm_s=(rounds[-1]["up"] + rounds[-1]["down"]) * 8 / (rate_mbit * 1e6) if rate_mbit else 0.0,
+               ideal_comm_s=link_seconds(rounds[-1]["up"], rounds[-1]["down"], rates),
                final_val=w0["final"]["val"] if w0["final"] else (w0["evals"][-1][2] if w0["evals"] else None),
                wall_s=(w0["final"]["t"] if w0["final"] else rounds[-1]["t"]) - start)
     if row["waited_s"] is not None:
@@ -276,7 +290,7 @@ def fmt(v, nd=2):
 
 def print_table(rows):
     print()
-    head = (f"{'scenario':<10} {'method':<27} {'Mbit/s':>7} {'rnds':>4} {'H':>3} {'round s':>8} {'compute':>8} "
+    head = (f"{'scenario':<10} {'method':<27} {'Mbit/s':>11} {'rnds':>4} {'H':>3} {'round s':>8} {'compute':>8} "
             f"{'waited':>7} {'push':>6} {'other':>6} {'ideal':>6} {'s/step':>7} {'final val':>9} "
             f"{'to target s':>11} {'MB up':>7} {'MB down':>8} {'ok':>3}  note")
     print(head)
@@ -287,13 +301,13 @@ def print_table(rows):
         if r.get("target_val") is not None and r.get("time_to_target_s") is None:
             ttt = "not reached"
         ok = "yes" if r.get("exit_ok") and r.get("replicas_agree") else "NO"
-        print(f"{r['scenario']:<10} {r['method']:<27} {fmt(r.get('link_mbit'), 3):>7} {fmt(r.get('rounds')):>4} "
+        print(f"{r['scenario']:<10} {r['method']:<27} {fmt(r.get('link_mbit')):>11} {fmt(r.get('rounds')):>4} "
               f"{fmt(r.get('steps_per_round')):>3} {fmt(r.get('round_s')):>8} {fmt(r.get('compute_s')):>8} "
               f"{fmt(r.get('waited_s')):>7} {fmt(r.get('push_s')):>6} {fmt(r.get('other_s')):>6} "
               f"{fmt(r.get('ideal_comm_s')):>6} {fmt(r.get('s_per_step'), 3):>7} {fmt(r.get('final_val'), 4):>9} "
               f"{ttt:>11} {mb(r.get('up_bytes')):>7} {mb(r.get('down_bytes')):>8} {ok:>3}  {r.get('note', '')}")
     print()
-    print("round s: wall time per round (w0, from the model fetch to its last round); compute: inner steps; "
+    print("Mbit/s: the link rate each way (down/up when they differ); round s: wall time per round (w0, from the model fetch to its last round); compute: inner steps; "
           "waited: training blocked on the server (push, the other workers, aggregation, downlink); push: mean "
           "PushUpdate time at the server (uplink transfer); other: the rest (evaluation, encoding); ideal: the "
           "round's payloads up + down at the link rate; s/step: round s / H; to target: from the first join to "
@@ -303,23 +317,26 @@ def print_table(rows):
 
 # ---------------------------------------------------------------- scenario arithmetic
 
-def real_scenario(a, link_mbit):
+def real_scenario(a, rates):
     tokens_per_s = a.gpu_tflops * 1e12 * a.mfu / (6 * a.real_params)
     compute_s = a.real_inner_steps * a.real_tokens_per_step / tokens_per_s
-    dense_bits = a.real_params * 4 * 8
-    comm_s = 2 * dense_bits / (link_mbit * 1e6)  # push, then receive the update: each at the link rate
+    dense_bytes = a.real_params * 4
+    comm_s = link_seconds(dense_bytes, dense_bytes, rates)  # push, then receive the update, each at its rate
     return dict(tokens_per_s=tokens_per_s, compute_s=compute_s, comm_s=comm_s, ratio=comm_s / compute_s)
 
 
-def small_rate(a, ratio):
-    """tbf rate (Mbit/s) at which the small model's dense round (up + down) takes ratio x compute."""
-    return 2 * a.dense_bytes * 8 / (ratio * a.compute_s) / 1e6
+def small_rates(a, ratio, real_rates):
+    """tbf rates (down, up) in Mbit/s, in the real link's proportion, at which the small model's dense
+    round (up, then down) takes ratio x compute."""
+    down, up = real_rates
+    scale = link_seconds(a.dense_bytes, a.dense_bytes, real_rates) / (ratio * a.compute_s)
+    return down * scale, up * scale
 
 
 def calibrate(a, tag, outdir, overlap_ok):
     """Compute seconds per round of the dense method here, K workers, unshaped links."""
     netns("shape", tag, 0, quiet=True)
-    r = run_method(a, tag, "calibration", METHODS["dense"], a.workers, a.calibration_rounds, 0,
+    r = run_method(a, tag, "calibration", METHODS["dense"], a.workers, a.calibration_rounds, (0, 0),
                    os.path.join(outdir, "logs", "calibration"), overlap_ok)
     per_round = []
     for w in r["workers"]:
@@ -338,7 +355,7 @@ def calibrate(a, tag, outdir, overlap_ok):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scenario", default="all", choices=["all", *SCENARIOS])
+    p.add_argument("--scenario", default="all", help=f"all, or comma-separated, of {', '.join(SCENARIOS)}")
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
     p.add_argument("--rounds", type=int, default=6, help="outer rounds (SignMuon: rounds x H one-step rounds)")
     p.add_argument("--inner_steps", type=int, default=20, help="H of the small-model runs")
@@ -362,13 +379,19 @@ def main():
     g.add_argument("--real_tokens_per_step", type=int, default=64 * 2048, help="64 sequences of 2048 tokens")
     g.add_argument("--dc_mbit", type=float, default=1000)
     g.add_argument("--volunteer_mbit", type=float, default=100)
+    g.add_argument("--home_down_mbit", type=float, default=100)
+    g.add_argument("--home_up_mbit", type=float, default=20, help="cable and DSL plans upload at a fifth "
+                   "to a tenth of their download rate")
     a = p.parse_args()
 
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     for m in methods:
         if m not in METHODS:
             p.error(f"unknown method {m} (known: {', '.join(METHODS)})")
-    scenarios = list(SCENARIOS) if a.scenario == "all" else [a.scenario]
+    scenarios = list(SCENARIOS) if a.scenario == "all" else [x.strip() for x in a.scenario.split(",") if x.strip()]
+    for x in scenarios:
+        if x not in SCENARIOS:
+            p.error(f"unknown scenario {x} (known: {', '.join(SCENARIOS)})")
     if os.geteuid() != 0:
         sys.exit("run.py: run as root (network namespaces)")
     a.dense_bytes = 0  # known after the calibration
@@ -395,12 +418,13 @@ def main():
         print(f"one GPU per site: {a.gpu_tflops:g} TFLOP/s peak (H100 SXM bf16 dense) at {a.mfu:.0%} MFU; "
               f"H = {a.real_inner_steps} inner steps of {a.real_tokens_per_step} tokens")
         real = {}
+        real_rates = {s: (getattr(a, SCENARIOS[s][1]), getattr(a, SCENARIOS[s][2])) for s in scenarios}
         for s in scenarios:
-            link = getattr(a, SCENARIOS[s][1])
-            real[s] = real_scenario(a, link)
+            real[s] = real_scenario(a, real_rates[s])
             x = real[s]
             print(f"  {s:<10} {SCENARIOS[s][0]}: {x['tokens_per_s']:.0f} tokens/s -> compute {x['compute_s']:.0f} s "
-                  f"per round; dense up + down at {link:g} Mbit/s {x['comm_s']:.0f} s; comm/compute = {x['ratio']:.3f}")
+                  f"per round; dense up + down at {rates_text(real_rates[s])} Mbit/s {x['comm_s']:.0f} s; "
+                  f"comm/compute = {x['ratio']:.3f}")
         # ---- calibration
         if a.compute_s is None:
             print(f"\n== Calibration: dense DiLoCo, {a.workers} workers, {a.calibration_rounds} rounds of H={a.inner_steps}, "
@@ -417,15 +441,15 @@ def main():
               f"{a.compute_s:.2f} s per round (H={a.inner_steps}, {a.workers} workers on {os.cpu_count()} cores)")
         rates = {}
         for s in scenarios:
-            rates[s] = small_rate(a, real[s]["ratio"])
-            print(f"  {s:<10} tbf rate {rates[s]:.3f} Mbit/s each way: dense up + down "
-                  f"{2 * a.dense_bytes * 8 / (rates[s] * 1e6):.2f} s per round = {real[s]['ratio']:.3f} x compute")
+            rates[s] = small_rates(a, real[s]["ratio"], real_rates[s])
+            print(f"  {s:<10} tbf rate {rates_text(rates[s])} Mbit/s: dense up + down "
+                  f"{link_seconds(a.dense_bytes, a.dense_bytes, rates[s]):.2f} s per round = {real[s]['ratio']:.3f} x compute")
         if not overlap_ok and "muloco-2bit-overlap" in methods:
             print("note: muloco-worker --help does not list --overlap: that row runs without it")
         # ---- the runs
         for s in scenarios:
-            print(f"\n== {s}: links at {rates[s]:.3f} Mbit/s each way")
-            netns("shape", tag, f"{rates[s]:.4f}", quiet=True)
+            print(f"\n== {s}: links at {rates_text(rates[s])} Mbit/s (each way, or down/up)")
+            netns("shape", tag, f"{rates[s][0]:.4f}", f"{rates[s][1]:.4f}", quiet=True)
             target = a.target
             for name in sorted(methods, key=lambda m: m != "dense"):  # dense first: it sets the target
                 t = time.time()

@@ -1,6 +1,7 @@
 """Shaped-link smoke test (deploy/wan): a server and two workers in their own network
 namespaces, each worker behind a veth link shaped with tbf both ways (deploy/wan/netns.sh), at
-a rate at which the test model's dense fetch and each dense push take about 6 s, four times
+rates at which the test model's dense fetch takes about 6 s and each dense push about 8 s (an
+asymmetric link: the uplink is the slower), at least four times
 the workers' --stall_timeout_s (and three times the server's --idle_timeout_s and
 --max_await_s). The run still finishes, because deadlines follow progress, not wall time; the
 replicas agree bit for bit; and the measured transfer times match the shaped rate. Needs root
@@ -18,8 +19,10 @@ from datetime import datetime
 from harness import PLAIN_SERVER, PLAIN_WORKER, SERVER_BIN, TINY, WORKER_BIN, ClusterTest, Proc
 
 NETNS = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../deploy/wan/netns.sh"))
-RATE_MBIT = 0.16          # 20 kB/s each way per link: the tiny model's 120 kB takes about 6 s
+RATE_MBIT = 0.16          # 20 kB/s down per link: the tiny model's 120 kB takes about 6 s
 RATE = RATE_MBIT * 1e6 / 8
+UP_MBIT = 0.12            # 15 kB/s up: 8 s
+UP_RATE = UP_MBIT * 1e6 / 8
 STALL_S = 1.5             # the workers' --stall_timeout_s
 WORKERS = 2
 RUN = [*TINY, "--uplink_codec=dense-fp32", "--downlink_codec=dense-fp32", "--rounds=2", "--inner_steps=2",
@@ -103,8 +106,11 @@ class WanLink(ClusterTest):
         sweep_dead_runs()
         netns("down", self.tag)  # a namespace left by an earlier process of this pid
         self.addCleanup(self._down)  # runs after tearDown has killed the processes
-        r = netns("up", self.tag, WORKERS, RATE_MBIT)
+        r = netns("up", self.tag, WORKERS, RATE_MBIT, UP_MBIT)
         self.assertEqual(r.returncode, 0, f"netns.sh up failed:\n{r.stdout}\n{r.stderr}")
+        # Each direction of each link has its own rate.
+        self.assertEqual(re.findall(r"(down|up): +qdisc tbf \S+ root refcnt \d+ rate (\d+)Kbit", r.stdout),
+                         [("down", "160"), ("up", "120")] * WORKERS, r.stdout)
 
     def _down(self):
         r = netns("down", self.tag)
@@ -153,25 +159,25 @@ class WanLink(ClusterTest):
 
         # Transfer times follow the shaped rate: the fetch of the dense model, and the pushes
         # (timed by the server from the call's start to the aggregation).
-        ideal = dense / RATE
+        ideal, ideal_up = dense / RATE, dense / UP_RATE
         for i, w in enumerate(workers):
             lines = w.text().splitlines()
             joined = stamp(next(l for l in lines if " joined " in l))
             fetched = stamp(next(l for l in lines if "fetched model" in l))
             first = stamp(next(l for l in lines if re.search(r"round 0: train_loss", l)))
             print(f"w{i}: fetch {fetched - joined:.1f} s, round 0 (train, push, wait, update) {first - fetched:.1f} s; "
-                  f"{dense} bytes at {RATE / 1e3:.0f} kB/s: {ideal:.1f} s each way")
+                  f"{dense} bytes at {RATE / 1e3:.0f} kB/s down: {ideal:.1f} s, at {UP_RATE / 1e3:.0f} kB/s up: {ideal_up:.1f} s")
             self.assertGreater(fetched - joined, 0.5 * ideal)
             self.assertGreater(fetched - joined, 3 * STALL_S)
             self.assertLess(fetched - joined, 3 * ideal)
-            self.assertGreater(first - fetched, 2 * 0.5 * ideal)  # the push and the dense update
+            self.assertGreater(first - fetched, 0.5 * (ideal + ideal_up))  # the push and the dense update
         pushes = poller.value("muloco_push_duration_seconds_count")
         push_s = poller.value("muloco_push_duration_seconds_sum")
         self.assertEqual(pushes, 2 * WORKERS, f"server metrics:\n{poller.text[-3000:]}")
-        print(f"pushes: {pushes:.0f}, {push_s / pushes:.1f} s each (ideal {ideal:.1f} s); test {time.time() - t0:.1f} s")
-        self.assertGreater(push_s / pushes, 0.5 * ideal)
+        print(f"pushes: {pushes:.0f}, {push_s / pushes:.1f} s each (ideal {ideal_up:.1f} s); test {time.time() - t0:.1f} s")
+        self.assertGreater(push_s / pushes, 0.5 * ideal_up)
         self.assertGreater(push_s / pushes, 3 * STALL_S)
-        self.assertLess(push_s / pushes, 3 * ideal)
+        self.assertLess(push_s / pushes, 3 * ideal_up)
 
 
 if __name__ == "__main__":
