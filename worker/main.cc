@@ -50,7 +50,8 @@ ABSL_FLAG(std::string, dtype, "fp32", "Forward/backward precision: fp32, or bf16
 ABSL_FLAG(double, progress_s, 30, "Log a progress line this often while a round trains (0: never)");
 ABSL_FLAG(bool, init_from_seed, true,
           "Joining a fresh run (round 0): build the initial model from the run's init_seed instead of fetching it, "
-          "when its checksum is the server's (saves a dense model transfer per worker); false: always fetch");
+          "when its checksum is the server's (saves a dense model transfer per worker; the build is single-threaded, "
+          "tens of seconds for 1B parameters); false: always fetch");
 
 namespace {
 

@@ -177,7 +177,9 @@ class WorkerSession {
   absl::Status Resync();
   // After a Join at round 0 (with --init_from_seed): builds the initial model from the run
   // config's init_seed and keeps it when its checksum is the one the server sent (true);
-  // otherwise (another build's random numbers, a resumed run) the model is fetched.
+  // otherwise (another build's random numbers, a resumed run) the model is fetched. If round 0
+  // closed meanwhile (a late joiner), its first push is refused as late and it fetches then,
+  // as after any late push.
   bool BuildSeededModel();
   // Ends the run with an error (or, when a stop signal came meanwhile, with Stop()).
   int Fail(const absl::Status& s);
