@@ -54,8 +54,11 @@ RoundEngine::Joined RoundEngine::Join(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = next_worker_id_++;
   if (pushed_.empty() && !AnyProvenLocked()) expected_.insert(id);  // cold start
-  members_[id] = Member{name, clock_->Now()};
-  members_[id].first_round = open_round_ + (summed_norms_.empty() ? 0 : 1);  // see summing on arrival
+  Member m;
+  m.name = name;
+  m.last_seen = clock_->Now();
+  m.first_round = open_round_ + (summed_norms_.empty() ? 0 : 1);  // see summing on arrival
+  members_[id] = std::move(m);
   const uint64_t join_index = stats_.joins++;
   Logf("server", "worker %llu (%s) joined at round %llu; %zu live", static_cast<unsigned long long>(id),
        members_[id].name.c_str(), static_cast<unsigned long long>(open_round_), members_.size());

@@ -218,7 +218,7 @@ class RoundEngine {
  private:
   struct Member {
     std::string name;
-    double last_seen;
+    double last_seen = 0;
     bool proven = false;  // see the round rules at the top
     bool reported = false;
     WorkerStats stats;    // the last Report
