@@ -54,9 +54,10 @@ struct Outcome {
   std::vector<uint64_t> fetches;  // complete model fetches per worker
 };
 
-// The engine starts from `initial` (empty: InitParams, as muloco-server does).
+// The engine starts from `initial` (empty: InitParams, as muloco-server does); every worker's
+// first `faulty_rounds` updates are made non-finite (WorkerOptions::fault_nonfinite_rounds).
 Outcome RunInProcess(const v1::RunConfig& config, int workers, std::vector<float> initial = {},
-                     bool init_from_seed = true) {
+                     bool init_from_seed = true, uint32_t faulty_rounds = 0) {
   torch::set_num_threads(1);
   const ParamLayout layout = GptLayout(config.model());
   ServerOptions so;
@@ -83,6 +84,7 @@ Outcome RunInProcess(const v1::RunConfig& config, int workers, std::vector<float
       o.heartbeat_s = 0.5;
       o.progress_s = 0;
       o.init_from_seed = init_from_seed;
+      o.fault_nonfinite_rounds = faulty_rounds;
       out.codes[i] = RunWorkerOver(o, transports[i].get(), "");
     });
   }
@@ -138,6 +140,18 @@ TEST(InProcessWorkers, AnInitialModelOtherThanTheSeedsIsFetched) {
   const Outcome fetched = RunInProcess(config, 2, {}, /*init_from_seed=*/false);
   EXPECT_EQ(fetched.fetches, std::vector<uint64_t>(2, 1));
   ExpectReplicasAreTheEngines(fetched);
+}
+
+TEST(InProcessWorkers, TheSeededBuildStandsForOneFetchOnly) {
+  // The worker builds round 0's model, then its first update is non-finite: it drops it and
+  // resyncs, and that resync fetches (a second build would match the Join's stale checksum
+  // whatever round the server is at).
+  const v1::RunConfig config = TinyRun("muloco-2bit", 2);
+  const Outcome out = RunInProcess(config, 1, {}, /*init_from_seed=*/true, /*faulty_rounds=*/1);
+  EXPECT_EQ(out.codes, std::vector<int>{0});
+  EXPECT_EQ(out.fetches, std::vector<uint64_t>{1});
+  EXPECT_EQ(out.stats.rounds_closed, 2u);
+  ExpectReplicasAreTheEngines(out);
 }
 
 TEST(InProcessWorkers, SignMuonWorkersVoteThroughTheSameSeam) {
