@@ -175,12 +175,12 @@ class WorkerSession {
   int Finish();
   absl::Status Join(double timeout_s);
   absl::Status Resync();
-  // After a Join at round 0 (with --init_from_seed): builds the initial model from the run
-  // config's init_seed and keeps it when its checksum is the one the server sent (true);
-  // otherwise (another build's random numbers, a resumed run) the model is fetched. If round 0
-  // closed meanwhile (a late joiner), its first push is refused as late and it fetches then,
-  // as after any late push.
-  bool BuildSeededModel();
+  // Start, right after the first Join, when it said round 0 (and --init_from_seed): builds
+  // the initial model from the run config's init_seed and keeps it when its checksum is the
+  // one the server sent (true); otherwise (another build's random numbers, a resumed run)
+  // Start fetches the model. If round 0 closes meanwhile (a late joiner), the first push is
+  // refused as late and the worker fetches then, as after any late push.
+  bool BuildSeededModel(uint64_t server_checksum);
   // Ends the run with an error (or, when a stop signal came meanwhile, with Stop()).
   int Fail(const absl::Status& s);
   // Leaves on a stop signal; the round in progress is dropped, the exchange in flight (if
@@ -218,8 +218,7 @@ class WorkerSession {
   std::atomic<uint64_t> id_{0};
   uint64_t join_index_ = 0;  // of the first join: seeds this worker's data order
   v1::RunConfig config_;
-  // The model checksum of the last Join at round 0, while a seeded build may stand for the fetch.
-  std::optional<uint64_t> seed_candidate_;
+  uint64_t joined_round_ = 0, joined_checksum_ = 0;  // the last Join's open round and θ_pub checksum
   Replica pub_;
   std::mutex stats_mu_;
   WorkerStats stats_;  // guarded by stats_mu_ for the metrics endpoint's reads
@@ -276,8 +275,8 @@ absl::Status WorkerSession::Join(double timeout_s) {
   }
   if (id_ == 0) join_index_ = joined->join_index();
   config_ = joined->config();
-  seed_candidate_.reset();
-  if (o_.init_from_seed && joined->round() == 0) seed_candidate_ = joined->model_checksum();
+  joined_round_ = joined->round();
+  joined_checksum_ = joined->model_checksum();
   id_ = joined->worker_id();
   Logf(tag_.c_str(), "joined %s as %s (id %llu) at round %llu: %s", client_.Describe().c_str(), name_.c_str(),
        static_cast<unsigned long long>(id_.load()), static_cast<unsigned long long>(joined->round()),
@@ -285,10 +284,7 @@ absl::Status WorkerSession::Join(double timeout_s) {
   return absl::OkStatus();
 }
 
-bool WorkerSession::BuildSeededModel() {
-  if (!seed_candidate_) return false;
-  const uint64_t checksum = *seed_candidate_;
-  seed_candidate_.reset();  // once per join: a later resync fetches
+bool WorkerSession::BuildSeededModel(uint64_t checksum) {
   FetchedModel m{0, checksum, InitParams(config_.model(), GptLayout(config_.model()))};
   const uint64_t built = ParamChecksum(m.params.data(), m.params.size());
   if (built != checksum) {
@@ -305,16 +301,13 @@ bool WorkerSession::BuildSeededModel() {
   return true;
 }
 
-// Fetches the public model (or builds it: BuildSeededModel); joins again first if the
-// server no longer knows this worker.
+// Fetches the public model; joins again first if the server no longer knows this worker.
 absl::Status WorkerSession::Resync() {
-  if (BuildSeededModel()) return absl::OkStatus();
   for (int attempt = 0; attempt < 5; ++attempt) {
     absl::StatusOr<FetchedModel> m =
         Retry([&] { return client_.FetchModel(id_.load()); }, o_.retry_timeout_s);
     if (m.ok()) {
       pub_.Reset(*std::move(m));
-      seed_candidate_.reset();  // a Join in this loop: the fetched model stands
       Count([&](WorkerStats& st) {
         ++st.model_fetches;
         st.round = pub_.round();
@@ -424,6 +417,8 @@ std::optional<int> WorkerSession::Start() {
     LogError(tag_.c_str(), "cannot join %s: %s", client_.Describe().c_str(), s.ToString().c_str());
     return 1;
   }
+  // At once, so that round 0 is as unlikely as can be to close before this worker trains it.
+  const bool built = o_.init_from_seed && joined_round_ == 0 && BuildSeededModel(joined_checksum_);
   absl::StatusOr<Corpus> corpus =
       LoadCorpus(o_.data, o_.val_data, config_.model().vocab_size(), config_.model().context());
   if (!corpus.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat("data: ", corpus.status().message())));
@@ -451,7 +446,9 @@ std::optional<int> WorkerSession::Start() {
     client_.Heartbeat(id_.load(), report).IgnoreError();
     return true;
   });
-  if (absl::Status s = Resync(); !s.ok()) return Fail(s);
+  if (!built) {
+    if (absl::Status s = Resync(); !s.ok()) return Fail(s);
+  }
   tokens_per_step_ = uint64_t{config_.batch_size()} * config_.model().context();
   tokens_per_round_ = (signmuon_ ? 1 : config_.inner_steps()) * tokens_per_step_;
   return std::nullopt;
