@@ -104,16 +104,18 @@ ROUND_RE = re.compile(r"round (\d+): train_loss ([\d.naif-]+), up (\d+) bytes .*
 EVAL_RE = re.compile(r"eval: round (\d+) val_loss ([\d.]+)")
 FINAL_RE = re.compile(r"final: val_loss ([\d.]+) \(start ([\d.]+)\) after (\d+) rounds; up (\d+) bytes, "
                       r"down (\d+) bytes; checksum ([0-9a-f]+)")
+MODEL_RE = re.compile(r"(?:fetched|built) model at round \d+ \((\d+) parameters\)")  # the worker has θ_pub
 SUMMARY_RE = re.compile(r"summary: wall time\s+([\d.]+) s \(([\d.]+) s training(?:, ([\d.]+) s waiting)?")
 
 
 def parse_worker(text):
-    w = dict(rounds=[], evals=[], joined=None, fetched=None, final=None, train_total=None, wait_total=None)
+    w = dict(rounds=[], evals=[], joined=None, fetched=None, params=None, final=None, train_total=None,
+             wait_total=None)
     for line in text.splitlines():
         if w["joined"] is None and " joined " in line:
             w["joined"] = stamp(line)
-        elif w["fetched"] is None and re.search(r"(fetched|built) model at round", line):
-            w["fetched"] = stamp(line)
+        elif w["fetched"] is None and (m := MODEL_RE.search(line)):
+            w["fetched"], w["params"] = stamp(line), int(m[1])
         elif m := ROUND_RE.search(line):
             w["rounds"].append(dict(t=stamp(line), round=int(m[1]), up=int(m[3]), down=int(m[4]),
                                     trained=float(m[5]) if m[5] else None,
@@ -347,8 +349,7 @@ def calibrate(a, tag, outdir, overlap_ok):
             per_round.append(w["train_total"] / len(w["rounds"]))
     if not per_round or any(c != 0 for c in r["codes"]):
         raise RuntimeError(f"calibration run failed (exit codes {r['codes']}); logs in {r['logdir']}")
-    m = re.search(r"(?:fetched|built) model at round \d+ \((\d+) parameters\)", open(os.path.join(r["logdir"], "w0.log")).read())
-    return sum(per_round) / len(per_round), int(m[1])
+    return sum(per_round) / len(per_round), r["workers"][0]["params"]
 
 
 # ---------------------------------------------------------------- main
