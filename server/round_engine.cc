@@ -226,12 +226,12 @@ double RoundEngine::SafeNormLocked(const std::vector<double>& norms, size_t push
 void RoundEngine::SumSafeLocked() {
   if (pending_.empty()) return;
   const double safe = SafeNormLocked(RoundNormsLocked(), pushed_.size(), UnpushedLocked());
+  auto summed = [&](const Pending& p) { return p.norm <= safe; };
   std::vector<WeightedPayload> now;
   for (const Pending& p : pending_)
-    if (p.norm <= safe) now.push_back({p.payload, 1.0f});
+    if (summed(p)) now.push_back({p.payload, 1.0f});
   if (now.empty()) return;
   SumPayloads(now, num_params_, sum_.data(), close_threads_);
-  auto summed = [&](const Pending& p) { return p.norm <= safe; };
   for (const Pending& p : pending_) {
     if (!summed(p)) continue;
     summed_norms_.push_back(p.norm);
