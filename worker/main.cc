@@ -1,17 +1,22 @@
 // muloco-worker: trains with an aggregation server (--server), or alone (--baseline) with
-// the run-config flags. Flags -> WorkerOptions; everything else lives in session.cc.
+// the run-config flags, or evaluates saved models (--evaluate). Flags -> WorkerOptions;
+// everything else lives in session.cc, baseline.cc and evaluate.cc.
 #include <ATen/Parallel.h>
 #include <signal.h>
 
 #include <atomic>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "common/cli.h"
+#include "common/file_io.h"
 #include "common/run_config.h"
 #include "common/log.h"
 #include "common/run_config_flags.h"
 #include "worker/baseline.h"
+#include "worker/evaluate.h"
 #include "worker/session.h"
 
 ABSL_FLAG(std::string, server, "localhost:7070", "Aggregation server address (host:port)");
@@ -38,6 +43,12 @@ ABSL_FLAG(uint32_t, chunk_bytes, 1 << 20, "Bytes per pushed chunk (keep chunk / 
 ABSL_FLAG(std::string, token_file, "", "File holding this worker's join token (first line)");
 ABSL_FLAG(uint32_t, fault_nonfinite_rounds, 0, "Fault injection for tests: make the first N updates non-finite");
 ABSL_FLAG(bool, baseline, false, "Train alone, without a server, using the run-config flags");
+ABSL_FLAG(std::vector<std::string>, evaluate, {},
+          "Evaluate saved models (raw fp32 from --save_final or --defer_eval; a directory: its .bin files) with the "
+          "run-config flags of their run, print 'PATH val_loss X' for each, and exit");
+ABSL_FLAG(std::string, defer_eval, "",
+          "At the run's evaluation rounds, write the public model to DIR/round-NNNNNN.bin instead of evaluating it "
+          "(evaluate later with --evaluate=DIR): keeps evaluation out of the training's time");
 ABSL_FLAG(bool, overlap, false,
           "Train the next round while the last one is pushed, aggregated and sent back; rebase onto the new "
           "global model when it arrives (hides communication behind compute; not for SignMuon)");
@@ -78,7 +89,8 @@ int main(int argc, char** argv) {
   ParseCommandLine(argc, argv,
                    "muloco-worker: DiLoCo worker.\n"
                    "  muloco-worker --server=HOST:PORT        (everything else comes from the server)\n"
-                   "  muloco-worker --baseline --rounds=10     (single process, no server)");
+                   "  muloco-worker --baseline --rounds=10     (single process, no server)\n"
+                   "  muloco-worker --evaluate=FILE|DIR,...   (validation loss of saved models; the run's config flags)");
   if (absl::GetFlag(FLAGS_threads) < 1 || !(absl::GetFlag(FLAGS_heartbeat_s) > 0) ||
       !(absl::GetFlag(FLAGS_progress_s) >= 0) || !(absl::GetFlag(FLAGS_stall_timeout_s) > 0) ||
       absl::GetFlag(FLAGS_chunk_bytes) < 1024 || absl::GetFlag(FLAGS_chunk_bytes) > (4u << 20)) {
@@ -96,6 +108,13 @@ int main(int argc, char** argv) {
   o.heartbeat_s = absl::GetFlag(FLAGS_heartbeat_s);
   o.connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout_s);
   o.save_final = absl::GetFlag(FLAGS_save_final);
+  o.defer_eval = absl::GetFlag(FLAGS_defer_eval);
+  if (!o.defer_eval.empty()) {
+    if (absl::Status s = MakeDirs(o.defer_eval); !s.ok()) {
+      std::fprintf(stderr, "muloco-worker: --defer_eval: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+  }
   o.retry_timeout_s = absl::GetFlag(FLAGS_retry_timeout_s);
   o.leave_after = absl::GetFlag(FLAGS_leave_after);
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
@@ -118,7 +137,8 @@ int main(int argc, char** argv) {
   }
   o.device = *device;
   if (!note.empty()) Logf("worker", "%s", note.c_str());
-  if (!absl::GetFlag(FLAGS_baseline)) {
+  const std::vector<std::string> evaluate = absl::GetFlag(FLAGS_evaluate);
+  if (!absl::GetFlag(FLAGS_baseline) && evaluate.empty()) {
     InstallStopHandlers();
     o.stop_signal = &stop_signal;
     return RunWorker(o);
@@ -129,7 +149,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    return RunBaseline(config, o);
+    return evaluate.empty() ? RunBaseline(config, o) : RunEvaluate(config, o, evaluate);
   } catch (const std::exception& e) {  // LibTorch reports a failing device by throwing
     std::fprintf(stderr, "muloco-worker: training failed on %s: %s\n", o.device.Name().c_str(), e.what());
     return 1;

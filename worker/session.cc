@@ -37,6 +37,7 @@
 #include "common/worker_stats.h"
 #include "worker/client.h"
 #include "worker/data.h"
+#include "worker/evaluate.h"
 #include "worker/replica.h"
 #include "worker/retry.h"
 #include "common/periodic.h"
@@ -152,8 +153,9 @@ class WorkerSession {
   std::unique_ptr<Trainer> NewTrainer() const {
     return std::make_unique<Trainer>(config_, &*corpus_, config_.data_seed() + join_index_, o_.device);
   }
-  // Evaluates the public model every eval_every rounds, and always when `final`.
-  void MaybeEvaluate(bool final = false);
+  // Evaluates the public model every eval_every rounds, and always when `final`; with
+  // --defer_eval, writes it to a file there instead (and evaluates it too when `final`).
+  absl::Status MaybeEvaluate(bool final = false);
   // The run ends for this worker after `x`: the final round closed, or --leave_after.
   bool Finished(const Exchanged& x);
   // Overlap: ends the exchange in flight. Once its update is applied, the trainer's
@@ -394,7 +396,7 @@ int WorkerSession::Run() {
     const uint64_t r = continuing ? flying_.round + 1 : pub_.round();
     if (!continuing) {
       if (r >= config_.total_rounds()) break;  // resynced after the run ended: the final model is ours
-      MaybeEvaluate();
+      if (absl::Status s = MaybeEvaluate(); !s.ok()) return Fail(s);
     }
     Trained t = Train(r, continuing);
     if (Stopping()) return Stop();  // never push a partial round
@@ -454,15 +456,22 @@ std::optional<int> WorkerSession::Start() {
   return std::nullopt;
 }
 
-void WorkerSession::MaybeEvaluate(bool final) {
+absl::Status WorkerSession::MaybeEvaluate(bool final) {
   const uint64_t r = pub_.round();
   const bool due = config_.eval_every() && r % config_.eval_every() == 0 && r != last_eval_;
-  if (!due && !final) return;
+  if (!due && !final) return absl::OkStatus();
   last_eval_ = r;
+  if (!o_.defer_eval.empty()) {  // the final model is written too, and evaluated for the summary
+    const std::string path = DeferredEvalPath(o_.defer_eval, r);
+    if (absl::Status s = WriteFloatsAtomic(path, pub_.params()); !s.ok()) return s;
+    Logf(tag_.c_str(), "eval: round %llu deferred to %s", static_cast<unsigned long long>(r), path.c_str());
+    if (!final) return absl::OkStatus();
+  }
   last_val_ = trainer_->Evaluate(pub_.params().data());
   Count([&](WorkerStats& st) { st.val_loss = last_val_; });
   if (first_val_ < 0) first_val_ = last_val_;
   Logf(tag_.c_str(), "eval: round %llu val_loss %.4f", static_cast<unsigned long long>(r), last_val_);
+  return absl::OkStatus();
 }
 
 bool WorkerSession::Finished(const Exchanged& x) {
@@ -486,7 +495,7 @@ absl::StatusOr<bool> WorkerSession::Land() {
   Logf(tag_.c_str(), "round %llu: rebased onto round %llu's model after %u of %u steps",
        static_cast<unsigned long long>(flying_.round + 1), static_cast<unsigned long long>(pub_.round()), steps_done_,
        config_.inner_steps());
-  MaybeEvaluate();
+  if (absl::Status s = MaybeEvaluate(); !s.ok()) return s;
   return true;
 }
 
@@ -572,7 +581,7 @@ absl::Status WorkerSession::Push(uint64_t r, const Trained& t) {
 }
 
 int WorkerSession::Finish() {
-  MaybeEvaluate(/*final=*/true);
+  if (absl::Status s = MaybeEvaluate(/*final=*/true); !s.ok()) return Fail(s);
   heartbeat_.reset();
   client_.Leave(id_.load()).IgnoreError();
   if (!o_.save_final.empty()) {

@@ -22,6 +22,9 @@ struct WorkerOptions {
   double connect_timeout_s = 60;           // keep retrying the first Join while the server is unavailable
   double retry_timeout_s = 600;            // later: ride out outages (server restart, cut link) this long
   std::string save_final;                  // write final parameters (raw fp32) here
+  // At the run's evaluation rounds, write the public model into this directory (evaluate.h)
+  // instead of evaluating it here: keeps evaluation out of the training's time.
+  std::string defer_eval;
   uint64_t leave_after = 0;                // leave after contributing this many rounds (0: stay to the end)
   std::string metrics_listen;              // serve Prometheus metrics here ("host:port"; empty: off)
   ClientTls tls;                           // transport security (TLS unless tls.insecure)

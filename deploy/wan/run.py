@@ -102,6 +102,7 @@ def stamp(line):
 ROUND_RE = re.compile(r"round (\d+): train_loss ([\d.naif-]+), up (\d+) bytes .*?down (\d+) bytes .*?contributors"
                       r"(?:, trained ([\d.]+) s, waited ([\d.]+) s)?, checksum ([0-9a-f]+) ok")
 EVAL_RE = re.compile(r"eval: round (\d+) val_loss ([\d.]+)")
+DEFERRED_RE = re.compile(r"eval: round (\d+) deferred to (\S+)")  # --defer_eval: the model, written when it landed
 FINAL_RE = re.compile(r"final: val_loss ([\d.]+) \(start ([\d.]+)\) after (\d+) rounds; up (\d+) bytes, "
                       r"down (\d+) bytes; checksum ([0-9a-f]+)")
 MODEL_RE = re.compile(r"(?:fetched|built) model at round \d+ \((\d+) parameters\)")  # the worker has θ_pub
@@ -109,7 +110,7 @@ SUMMARY_RE = re.compile(r"summary: wall time\s+([\d.]+) s \(([\d.]+) s training(
 
 
 def parse_worker(text):
-    w = dict(rounds=[], evals=[], joined=None, fetched=None, params=None, final=None, train_total=None,
+    w = dict(rounds=[], evals=[], deferred=[], joined=None, fetched=None, params=None, final=None, train_total=None,
              wait_total=None)
     for line in text.splitlines():
         if w["joined"] is None and " joined " in line:
@@ -122,6 +123,8 @@ def parse_worker(text):
                                     waited=float(m[6]) if m[6] else None, checksum=m[7]))
         elif m := EVAL_RE.search(line):
             w["evals"].append((stamp(line), int(m[1]), float(m[2])))
+        elif m := DEFERRED_RE.search(line):
+            w["deferred"].append((stamp(line), int(m[1]), m[2]))
         elif m := FINAL_RE.search(line):
             w["final"] = dict(t=stamp(line), val=float(m[1]), start=float(m[2]), rounds=int(m[3]), up=int(m[4]), down=int(m[5]),
                               checksum=m[6])
@@ -163,12 +166,13 @@ def run_method(a, tag, name, method, k, rounds, rates, logdir, overlap_ok):
     signmuon = method["preset"] == "signmuon"
     h = 1 if signmuon else a.inner_steps
     n_rounds = rounds * a.inner_steps if signmuon else rounds  # same inner steps (tokens) for every method
-    server_flags = [f"--preset={method['preset']}", f"--rounds={n_rounds}", f"--eval_batches={a.eval_batches}",
-                    f"--eval_every={a.inner_steps if signmuon else 1}", "--linger_s=30", "--round_timeout_s=600",
-                    "--heartbeat_timeout_s=120", "--idle_timeout_s=300"]
+    config_flags = [f"--preset={method['preset']}", f"--rounds={n_rounds}", f"--eval_batches={a.eval_batches}",
+                    f"--eval_every={a.inner_steps if signmuon else 1}"]
     if not signmuon:
-        server_flags.append(f"--inner_steps={h}")
-    server_flags += shlex.split(a.server_flags)  # e.g. a larger model
+        config_flags.append(f"--inner_steps={h}")
+    config_flags += shlex.split(a.server_flags)  # e.g. a larger model
+    server_flags = config_flags + ["--linger_s=30", "--round_timeout_s=600", "--heartbeat_timeout_s=120",
+                                   "--idle_timeout_s=300"]
     worker_flags = ["--progress_s=0", "--heartbeat_s=5", "--stall_timeout_s=120"]
     overlap = bool(method.get("overlap"))
     if overlap and overlap_ok:
@@ -188,8 +192,9 @@ def run_method(a, tag, name, method, k, rounds, rates, logdir, overlap_ok):
     workers = []
     for i in range(k):
         addr = netns("addr", tag, f"w{i}", quiet=True).stdout.strip()
+        deferred = [] if a.eval_in_run else [f"--defer_eval={os.path.join(logdir, f'w{i}-models')}"]
         workers.append(spawn(f"mwan-w{i}-{tag}", [a.worker_bin, f"--server={addr}:{PORT}", "--insecure",
-                                                   f"--name=w{i}", *worker_flags],
+                                                   f"--name=w{i}", *worker_flags, *deferred],
                              os.path.join(logdir, f"w{i}.log")))
     # A generous bound: every round at dense payloads both ways, three times over, plus start-up.
     dense_comm = link_seconds(a.dense_bytes, a.dense_bytes, rates)
@@ -208,6 +213,8 @@ def run_method(a, tag, name, method, k, rounds, rates, logdir, overlap_ok):
     wall = time.time() - t0
     scraper.join(timeout=5)
     ws = [parse_worker(open(os.path.join(logdir, f"w{i}.log")).read()) for i in range(k)]
+    if ws[0]["deferred"]:
+        ws[0]["evals"] = evaluate_deferred(a, config_flags, ws[0]["deferred"], logdir)
     stext = open(os.path.join(logdir, "server.log")).read()
     m = re.search(r"final checksum ([0-9a-f]+)", stext)
     server_sum = m[1] if m else None
@@ -216,6 +223,20 @@ def run_method(a, tag, name, method, k, rounds, rates, logdir, overlap_ok):
     return dict(name=name, label=method["label"], overlap=overlap, overlap_used=overlap and overlap_ok,
                 signmuon=signmuon, h=h, n_rounds=n_rounds, codes=codes, wall=wall, workers=ws,
                 server_checksum=server_sum, push_mean=(push_s / push_n) if push_n else None, logdir=logdir)
+
+
+def evaluate_deferred(a, config_flags, deferred, logdir):
+    """Evaluates the models worker 0 wrote at its evaluation rounds (--defer_eval), after the
+    run: [(when it had the model, round, val loss)], as its own evaluations would have given."""
+    paths = [path for _, _, path in deferred]
+    r = subprocess.run([a.worker_bin, f"--evaluate={','.join(paths)}", *config_flags],
+                       capture_output=True, text=True)
+    with open(os.path.join(logdir, "evaluate.log"), "w") as f:
+        f.write(r.stdout + r.stderr)
+    vals = {m[1]: float(m[2]) for m in re.finditer(r"^(\S+) val_loss ([\d.]+)$", r.stdout, re.M)}
+    if r.returncode != 0 or len(vals) != len(paths):
+        raise RuntimeError(f"evaluating {logdir}'s models failed; see {logdir}/evaluate.log")
+    return [(t, rnd, vals[path]) for t, rnd, path in deferred]
 
 
 def link_seconds(up_bytes, down_bytes, rates):
@@ -313,7 +334,9 @@ def print_table(rows):
           "waited: training blocked on the server (push, the other workers, aggregation, downlink); push: mean "
           "PushUpdate time at the server (uplink transfer); other: the rest (evaluation, encoding); ideal: the "
           "round's payloads up + down at the link rate; s/step: round s / H; to target: from the first join to "
-          "the first evaluation at or below the target val loss (with --overlap the evaluations run inside the next round's training and count as compute); wall: first join to the final evaluation; MB up/down: per worker, round payloads only "
+          "the moment worker 0 had the first model whose val loss is at or below the target (evaluated after the run "
+          "from the models it wrote then, --defer_eval; with --eval_in_run: the end of its evaluation in the run, which then "
+          "counts in the round's time, inside compute with --overlap); wall: first join to the final evaluation; MB up/down: per worker, round payloads only "
           "(the initial dense model fetch is extra).")
 
 
@@ -362,6 +385,9 @@ def main():
     p.add_argument("--inner_steps", type=int, default=20, help="H of the small-model runs")
     p.add_argument("--workers", type=int, default=2, help="K")
     p.add_argument("--eval_batches", type=int, default=8)
+    p.add_argument("--eval_in_run", action="store_true",
+                   help="evaluate inside the run as before stop 20 (the evaluations then take training time); default: "
+                        "the workers write the models (--defer_eval) and they are evaluated after the run")
     p.add_argument("--out", default="/tmp/muloco-wan", help="CSV and logs go here")
     p.add_argument("--build", default=os.environ.get("MULOCO_BUILD", os.path.join(REPO, "build")))
     p.add_argument("--calibration_rounds", type=int, default=2)

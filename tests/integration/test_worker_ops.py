@@ -1,13 +1,17 @@
 """Operating a worker: readable progress while a round trains (--progress_s), the end-of-run
-summary table, and graceful stops: SIGTERM / SIGINT make a worker send Leave and exit 0,
-without pushing a half-trained round, even while it waits on a round's long poll."""
+summary table, graceful stops (SIGTERM / SIGINT make a worker send Leave and exit 0,
+without pushing a half-trained round, even while it waits on a round's long poll), and
+evaluation outside the training: --defer_eval writes the models a worker would have
+evaluated, and --evaluate gives the same losses afterwards."""
 import datetime
+import os
 import re
 import signal
+import subprocess
 import time
 import unittest
 
-from harness import TINY, ClusterTest
+from harness import TINY, WORKER_BIN, ClusterTest
 
 # "2026-12-03T16:20:01.123Z INFO [worker w0] message"
 LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z (INFO|WARN|ERROR) \[([^\]]*)\] (.*)$", re.M)
@@ -137,6 +141,52 @@ class GracefulStop(ClusterTest):
         w.p.send_signal(signal.SIGINT)
         self.assert_left(server, w, wid, "SIGINT", within_s=4)
         self.assertNotRegex(w.text(), r"round 0: train_loss")
+
+
+class DeferredEvaluation(ClusterTest):
+    RUN = [*TINY, "--rounds=3", "--inner_steps=10", "--eval_every=1"]
+
+    def run_one(self, tag, *worker_flags):
+        """One worker's run of RUN (deterministic: one worker, fixed seeds); its log text."""
+        server, addr = self.start_server(*self.RUN, name=tag + "server")
+        w = self.start_worker(addr, f"--name={tag}", *worker_flags, name=tag)
+        self.assertEqual(w.wait(timeout=120), 0, w.text())
+        self.assertEqual(server.wait(timeout=60), 0, server.text())
+        return w.text()
+
+    def evaluate(self, *args):
+        return subprocess.run([WORKER_BIN, *args], capture_output=True, text=True, timeout=120)
+
+    def test_deferred_models_evaluate_to_the_in_run_losses(self):
+        in_run = dict(re.findall(r"eval: round (\d+) val_loss ([\d.]+)", self.run_one("inrun")))
+        models = self.path("models")
+        deferred = self.run_one("deferred", f"--defer_eval={models}", f"--save_final={self.path('final.bin')}")
+        written = re.findall(r"eval: round (\d+) deferred to (\S+)", deferred)
+        self.assertEqual([r for r, _ in written], ["0", "1", "2", "3"], deferred)  # 3: the final model
+        self.assertEqual(sorted(os.listdir(models)), [f"round-00000{r}.bin" for r in range(4)])
+        self.assertEqual(set(in_run), {"0", "1", "2", "3"})
+        final = re.search(r"final: val_loss ([\d.]+)", deferred)[1]
+        self.assertEqual(final, in_run["3"], "deferring evaluations does not change the training")
+
+        r = self.evaluate(f"--evaluate={models},{self.path('final.bin')}", *self.RUN)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = re.findall(r"^(\S+) val_loss ([\d.]+)$", r.stdout, re.M)
+        self.assertEqual(got, [(path, in_run[rnd]) for rnd, path in written] + [(self.path("final.bin"), final)])
+        self.assertGreater(float(in_run["0"]), float(final))  # it trained
+
+    def test_evaluate_refuses_what_is_not_a_model_of_the_run(self):
+        short = self.path("short.bin")
+        with open(short, "wb") as f:
+            f.write(b"\0" * 400)
+        missing = self.path("missing.bin")
+        r = self.evaluate(f"--evaluate={short},{missing}", *TINY)
+        self.assertEqual(r.returncode, 1)
+        self.assertRegex(r.stderr, r"short\.bin: 400 bytes, but this run config's model has \d+ parameters")
+        self.assertIn("missing.bin", r.stderr)
+        self.assertEqual(r.stdout, "")
+        blocked = self.evaluate("--server=127.0.0.1:1", f"--defer_eval={short}/models")  # a file in the way
+        self.assertEqual(blocked.returncode, 2)
+        self.assertIn("--defer_eval", blocked.stderr)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,93 @@
+// DeferredEvalPath and RunEvaluate (see evaluate.h).
+#include "worker/evaluate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/file_io.h"
+#include "common/log.h"
+#include "common/model_layout.h"
+#include "common/run_config.h"
+#include "worker/data.h"
+#include "worker/trainer.h"
+
+namespace muloco {
+
+namespace {
+
+// The files `path` names: itself, or a directory's *.bin files in name order.
+absl::StatusOr<std::vector<std::string>> ModelFiles(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec)) return std::vector<std::string>{path};
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(path, ec)) {
+    if (e.path().extension() == ".bin") files.push_back(e.path().string());
+  }
+  if (ec) return absl::UnavailableError(absl::StrCat(path, ": ", ec.message()));
+  if (files.empty()) return absl::NotFoundError(absl::StrCat(path, ": no .bin files"));
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// The raw fp32 model in `path`, checked to be `n` finite values.
+absl::StatusOr<std::vector<float>> ReadModel(const std::string& path, size_t n) {
+  absl::StatusOr<std::string> bytes = ReadFile(path);
+  if (!bytes.ok()) return bytes.status();
+  if (bytes->size() != n * sizeof(float)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", bytes->size(), " bytes, but this run config's model has ",
+                                                   n, " parameters (", n * sizeof(float),
+                                                   " bytes of raw fp32): pass the run's model flags (--preset, ...)"));
+  }
+  std::vector<float> params(n);
+  std::memcpy(params.data(), bytes->data(), bytes->size());
+  if (!std::all_of(params.begin(), params.end(), [](float v) { return std::isfinite(v); })) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": holds non-finite values"));
+  }
+  return params;
+}
+
+}  // namespace
+
+std::string DeferredEvalPath(const std::string& dir, uint64_t round) {
+  return absl::StrFormat("%s/round-%06d.bin", dir, round);
+}
+
+int RunEvaluate(const v1::RunConfig& config, const WorkerOptions& o, const std::vector<std::string>& paths) {
+  absl::StatusOr<Corpus> corpus = LoadCorpus(o.data, o.val_data, config.model().vocab_size(), config.model().context());
+  if (!corpus.ok()) {
+    std::fprintf(stderr, "muloco-worker: data: %s\n", corpus.status().ToString().c_str());
+    return 1;
+  }
+  Logf("evaluate", "%s; data %s; %u validation batches", DescribeRunConfig(config).c_str(),
+       corpus->description.c_str(), config.eval_batches());
+  Trainer trainer(config, &*corpus, config.data_seed(), o.device);
+  const size_t n = TotalParams(GptLayout(config.model()));
+  bool failed = false;
+  for (const std::string& path : paths) {
+    absl::StatusOr<std::vector<std::string>> files = ModelFiles(path);
+    if (!files.ok()) {
+      std::fprintf(stderr, "muloco-worker: %s\n", std::string(files.status().message()).c_str());
+      failed = true;
+      continue;
+    }
+    for (const std::string& file : *files) {
+      absl::StatusOr<std::vector<float>> params = ReadModel(file, n);
+      if (!params.ok()) {
+        std::fprintf(stderr, "muloco-worker: %s\n", std::string(params.status().message()).c_str());
+        failed = true;
+        continue;
+      }
+      std::printf("%s val_loss %.4f\n", file.c_str(), trainer.Evaluate(params->data()));
+      std::fflush(stdout);
+    }
+  }
+  return failed ? 1 : 0;
+}
+
+}  // namespace muloco

@@ -1,0 +1,24 @@
+// Evaluation outside the training (muloco-worker --evaluate): the validation loss of saved
+// models (raw fp32, from --save_final or --defer_eval) on the same fixed validation windows
+// as a worker's own evaluations, so that the numbers compare.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "muloco/v1/muloco.pb.h"
+#include "worker/session.h"
+
+namespace muloco {
+
+// Where --defer_eval writes the public model of round `round` (names sort in round order).
+std::string DeferredEvalPath(const std::string& dir, uint64_t round);
+
+// Evaluates each of `paths` (a file, or a directory: its *.bin files in name order) as a model
+// of `config`, printing "PATH val_loss X" to stdout per model. Uses options.data, val_data and
+// device. A path that is not such a model is reported on stderr and the rest still evaluated.
+// Returns a process exit code: 0, or 1 when any path failed.
+int RunEvaluate(const v1::RunConfig& config, const WorkerOptions& options, const std::vector<std::string>& paths);
+
+}  // namespace muloco
