@@ -138,6 +138,10 @@ int main(int argc, char** argv) {
   o.device = *device;
   if (!note.empty()) Logf("worker", "%s", note.c_str());
   const std::vector<std::string> evaluate = absl::GetFlag(FLAGS_evaluate);
+  if (absl::GetFlag(FLAGS_baseline) && !evaluate.empty()) {
+    std::fprintf(stderr, "muloco-worker: --baseline and --evaluate are two modes: give one\n");
+    return 2;
+  }
   if (!absl::GetFlag(FLAGS_baseline) && evaluate.empty()) {
     InstallStopHandlers();
     o.stop_signal = &stop_signal;

@@ -184,6 +184,9 @@ class DeferredEvaluation(ClusterTest):
         self.assertRegex(r.stderr, r"short\.bin: 400 bytes, but this run config's model has \d+ parameters")
         self.assertIn("missing.bin", r.stderr)
         self.assertEqual(r.stdout, "")
+        both = self.evaluate("--baseline", f"--evaluate={short}", *TINY)
+        self.assertEqual(both.returncode, 2)
+        self.assertIn("two modes", both.stderr)
         blocked = self.evaluate("--server=127.0.0.1:1", f"--defer_eval={short}/models")  # a file in the way
         self.assertEqual(blocked.returncode, 2)
         self.assertIn("--defer_eval", blocked.stderr)
