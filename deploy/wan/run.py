@@ -279,6 +279,7 @@ def summarize(r, target, rates):
                wall_s=(w0["final"]["t"] if w0["final"] else rounds[-1]["t"]) - start)
     if row["waited_s"] is not None:
         row["other_s"] = round_s - compute - row["waited_s"]  # evaluation, encoding, rebasing
+    row["curve"] = [(t - start, rnd, v) for t, rnd, v in w0["evals"] if rnd >= 1]  # for depth_table
     if target is not None:
         # Only trained models count: the initial model (round 0) never reaches a target.
         hit = next(((t, rnd) for t, rnd, v in w0["evals"] if rnd >= 1 and v <= target), None)
@@ -299,6 +300,29 @@ def summarize(r, target, rates):
 COLUMNS = ["scenario", "method", "link_mbit", "rounds", "steps_per_round", "round_s", "compute_s", "waited_s",
            "push_s", "other_s", "ideal_comm_s", "s_per_step", "final_val", "target_val", "time_to_target_s",
            "steps_to_target", "wall_s", "up_bytes", "down_bytes", "exit_ok", "replicas_agree", "note"]
+
+
+DEPTHS = (1.05, 1.02, 1.01, 1.00)
+
+
+def depth_table(rows, dense_finals):
+    """Time to target at several depths (dense DiLoCo's final val loss x DEPTHS), and each
+    method's ratio to dense there: the ratio depends on how deep the target is."""
+    for s, final in dense_finals.items():
+        srows = [r for r in rows if r["scenario"] == s and r.get("curve")]
+        dense = next((r for r in srows if r["method"] == METHODS["dense"]["label"]), None)
+        if dense is None:
+            continue
+        print(f"\n{s}: seconds to target (round reached) and ratio to dense DiLoCo, targets dense final "
+              f"{final:.4f} x {', '.join(f'{d:g}' for d in DEPTHS)}")
+        for r in srows:
+            cells = []
+            for d in DEPTHS:
+                hit = next(((t, rnd) for t, rnd, v in r["curve"] if v <= final * d), None)
+                base = next((t for t, rnd, v in dense["curve"] if v <= final * d), None)
+                cells.append("not reached" if hit is None else
+                             f"{hit[0]:6.1f} s r{hit[1]:<3} {base / hit[0]:5.2f}x" if base else f"{hit[0]:6.1f} s r{hit[1]}")
+            print(f"  {r['method']:<27} " + " | ".join(f"{c:<21}" for c in cells))
 
 
 def fmt(v, nd=2):
@@ -435,6 +459,7 @@ def main():
         signal.signal(s, on_signal)
     tag = f"run{os.getpid()}"
     rows = []
+    dense_finals = {}  # scenario: dense DiLoCo's final val loss
     t_start = time.time()
     try:
         netns("up", tag, a.workers, 0)
@@ -482,6 +507,8 @@ def main():
                 t = time.time()
                 r = run_method(a, tag, name, METHODS[name], a.workers, a.rounds, rates[s],
                                os.path.join(a.out, "logs", f"{s}-{name}"), overlap_ok)
+                if name == "dense" and r["workers"][0]["final"]:
+                    dense_finals[s] = r["workers"][0]["final"]["val"]
                 if name == "dense" and a.target is None:
                     fin = r["workers"][0]["final"]
                     target = fin["val"] * 1.02 if fin else None
@@ -504,6 +531,7 @@ def main():
             print(f"run.py: WARNING: namespaces of {tag} are left; remove with {NETNS} down {tag}", file=sys.stderr)
     if rows:
         print_table(rows)
+        depth_table(rows, dense_finals)
         path = os.path.join(a.out, "wan.csv")
         with open(path, "w", newline="") as f:
             wr = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
