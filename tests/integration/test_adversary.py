@@ -202,7 +202,9 @@ class Adversary(ClusterTest):
         print(f"server RSS {rss0} KiB before, peak {peak['rss']}, after {rss1}; threads {threads0} before, "
               f"peak {peak['threads']}, after {threads1}")
         self.assertLess(peak["rss"] - rss0, 160 * 1024)
-        self.assertLess(rss1 - rss0, 64 * 1024)
+        # What the flood freed goes back to the system (the server trims its heap every
+        # second): +2 MB measured after, where glibc's retention alone kept +30 to +69 MB.
+        self.assertLess(rss1 - rss0, 32 * 1024)
         # gRPC's thread quota (--max_threads) bounds the handler threads however many calls
         # arrive at once; the calls past it are refused with RESOURCE_EXHAUSTED.
         self.assertLessEqual(peak["threads"], threads0 + 64)
