@@ -7,7 +7,9 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
+#ifdef __GLIBC__
 #include <malloc.h>
+#endif
 
 #include <chrono>
 #include <cstdio>
@@ -256,7 +258,9 @@ int RunServer(ServerOptions o, const std::atomic<bool>* stop, std::atomic<bool>*
       // Give freed heap memory back to the system: glibc keeps what a burst (a flood of
       // streams, a huge message cut off by the transport quota) freed, so RSS stayed at the
       // burst's peak (+30 to +69 MB in test_adversary); trimmed, it returns to within ~2 MB.
+#ifdef __GLIBC__
       malloc_trim(0);
+#endif
     }
     const RoundEngine::RunState st = engine.State();
     if (!st.done) continue;

@@ -58,7 +58,21 @@ std::string DeferredEvalPath(const std::string& dir, uint64_t round) {
   return absl::StrFormat("%s/round-%06d.bin", dir, round);
 }
 
+std::vector<std::string> DeferredModels(const std::string& dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("round-", 0) == 0 && e.path().extension() == ".bin") found.push_back(e.path().string());
+  }
+  return found;
+}
+
 int RunEvaluate(const v1::RunConfig& config, const WorkerOptions& o, const std::vector<std::string>& paths) {
+  if (config.eval_batches() == 0) {
+    std::fprintf(stderr, "muloco-worker: --evaluate needs --eval_batches >= 1\n");
+    return 2;
+  }
   absl::StatusOr<Corpus> corpus = LoadCorpus(o.data, o.val_data, config.model().vocab_size(), config.model().context());
   if (!corpus.ok()) {
     std::fprintf(stderr, "muloco-worker: data: %s\n", corpus.status().ToString().c_str());

@@ -14,11 +14,14 @@ namespace muloco {
 
 // Where --defer_eval writes the public model of round `round` (names sort in round order).
 std::string DeferredEvalPath(const std::string& dir, uint64_t round);
+// The round-*.bin files in `dir` (none when it is missing).
+std::vector<std::string> DeferredModels(const std::string& dir);
 
 // Evaluates each of `paths` (a file, or a directory: its *.bin files in name order) as a model
 // of `config`, printing "PATH val_loss X" to stdout per model. Uses options.data, val_data and
 // device. A path that is not such a model is reported on stderr and the rest still evaluated.
-// Returns a process exit code: 0, or 1 when any path failed.
+// Returns a process exit code: 0; 1 when any path failed; 2 when config has no validation
+// batches (--eval_batches=0).
 int RunEvaluate(const v1::RunConfig& config, const WorkerOptions& options, const std::vector<std::string>& paths);
 
 }  // namespace muloco

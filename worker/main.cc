@@ -48,7 +48,8 @@ ABSL_FLAG(std::vector<std::string>, evaluate, {},
           "run-config flags of their run, print 'PATH val_loss X' for each, and exit");
 ABSL_FLAG(std::string, defer_eval, "",
           "At the run's evaluation rounds, write the public model to DIR/round-NNNNNN.bin instead of evaluating it "
-          "(evaluate later with --evaluate=DIR): keeps evaluation out of the training's time");
+          "(evaluate later with --evaluate=DIR): keeps evaluation out of the training's time. One directory per "
+          "worker. The final model is written and evaluated; the summary's first val_loss is then the final one");
 ABSL_FLAG(bool, overlap, false,
           "Train the next round while the last one is pushed, aggregated and sent back; rebase onto the new "
           "global model when it arrives (hides communication behind compute; not for SignMuon)");
@@ -109,12 +110,6 @@ int main(int argc, char** argv) {
   o.connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout_s);
   o.save_final = absl::GetFlag(FLAGS_save_final);
   o.defer_eval = absl::GetFlag(FLAGS_defer_eval);
-  if (!o.defer_eval.empty()) {
-    if (absl::Status s = MakeDirs(o.defer_eval); !s.ok()) {
-      std::fprintf(stderr, "muloco-worker: --defer_eval: %s\n", std::string(s.message()).c_str());
-      return 2;
-    }
-  }
   o.retry_timeout_s = absl::GetFlag(FLAGS_retry_timeout_s);
   o.leave_after = absl::GetFlag(FLAGS_leave_after);
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
@@ -141,6 +136,20 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_baseline) && !evaluate.empty()) {
     std::fprintf(stderr, "muloco-worker: --baseline and --evaluate are two modes: give one\n");
     return 2;
+  }
+  if (!o.defer_eval.empty()) {
+    if (absl::GetFlag(FLAGS_baseline) || !evaluate.empty()) {
+      std::fprintf(stderr, "muloco-worker: --defer_eval is for a worker with a server, not --baseline or --evaluate\n");
+      return 2;
+    }
+    if (absl::Status s = MakeDirs(o.defer_eval); !s.ok()) {
+      std::fprintf(stderr, "muloco-worker: --defer_eval: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+    if (!DeferredModels(o.defer_eval).empty()) {
+      Logf("worker", "--defer_eval: %s already holds round-*.bin files (an earlier run's?); this run overwrites "
+           "those of its own rounds only", o.defer_eval.c_str());
+    }
   }
   if (!absl::GetFlag(FLAGS_baseline) && evaluate.empty()) {
     InstallStopHandlers();

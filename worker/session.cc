@@ -154,8 +154,9 @@ class WorkerSession {
     return std::make_unique<Trainer>(config_, &*corpus_, config_.data_seed() + join_index_, o_.device);
   }
   // Evaluates the public model every eval_every rounds, and always when `final`; with
-  // --defer_eval, writes it to a file there instead (and evaluates it too when `final`).
-  absl::Status MaybeEvaluate(bool final = false);
+  // --defer_eval, writes it to a file there instead (and evaluates it too when `final`, or
+  // when the file cannot be written).
+  void MaybeEvaluate(bool final = false);
   // The run ends for this worker after `x`: the final round closed, or --leave_after.
   bool Finished(const Exchanged& x);
   // Overlap: ends the exchange in flight. Once its update is applied, the trainer's
@@ -396,7 +397,7 @@ int WorkerSession::Run() {
     const uint64_t r = continuing ? flying_.round + 1 : pub_.round();
     if (!continuing) {
       if (r >= config_.total_rounds()) break;  // resynced after the run ended: the final model is ours
-      if (absl::Status s = MaybeEvaluate(); !s.ok()) return Fail(s);
+      MaybeEvaluate();
     }
     Trained t = Train(r, continuing);
     if (Stopping()) return Stop();  // never push a partial round
@@ -456,22 +457,25 @@ std::optional<int> WorkerSession::Start() {
   return std::nullopt;
 }
 
-absl::Status WorkerSession::MaybeEvaluate(bool final) {
+void WorkerSession::MaybeEvaluate(bool final) {
   const uint64_t r = pub_.round();
   const bool due = config_.eval_every() && r % config_.eval_every() == 0 && r != last_eval_;
-  if (!due && !final) return absl::OkStatus();
+  if (!due && !final) return;
   last_eval_ = r;
   if (!o_.defer_eval.empty()) {  // the final model is written too, and evaluated for the summary
     const std::string path = DeferredEvalPath(o_.defer_eval, r);
-    if (absl::Status s = WriteFloatsAtomic(path, pub_.params()); !s.ok()) return s;
-    Logf(tag_.c_str(), "eval: round %llu deferred to %s", static_cast<unsigned long long>(r), path.c_str());
-    if (!final) return absl::OkStatus();
+    if (absl::Status s = WriteFloatsAtomic(path, pub_.params()); s.ok()) {
+      Logf(tag_.c_str(), "eval: round %llu deferred to %s", static_cast<unsigned long long>(r), path.c_str());
+      if (!final) return;
+    } else {
+      LogWarn(tag_.c_str(), "--defer_eval: %s; evaluating round %llu here instead", s.ToString().c_str(),
+              static_cast<unsigned long long>(r));
+    }
   }
   last_val_ = trainer_->Evaluate(pub_.params().data());
   Count([&](WorkerStats& st) { st.val_loss = last_val_; });
   if (first_val_ < 0) first_val_ = last_val_;
   Logf(tag_.c_str(), "eval: round %llu val_loss %.4f", static_cast<unsigned long long>(r), last_val_);
-  return absl::OkStatus();
 }
 
 bool WorkerSession::Finished(const Exchanged& x) {
@@ -495,7 +499,7 @@ absl::StatusOr<bool> WorkerSession::Land() {
   Logf(tag_.c_str(), "round %llu: rebased onto round %llu's model after %u of %u steps",
        static_cast<unsigned long long>(flying_.round + 1), static_cast<unsigned long long>(pub_.round()), steps_done_,
        config_.inner_steps());
-  if (absl::Status s = MaybeEvaluate(); !s.ok()) return s;
+  MaybeEvaluate();
   return true;
 }
 
@@ -581,7 +585,7 @@ absl::Status WorkerSession::Push(uint64_t r, const Trained& t) {
 }
 
 int WorkerSession::Finish() {
-  if (absl::Status s = MaybeEvaluate(/*final=*/true); !s.ok()) return Fail(s);
+  MaybeEvaluate(/*final=*/true);
   heartbeat_.reset();
   client_.Leave(id_.load()).IgnoreError();
   if (!o_.save_final.empty()) {

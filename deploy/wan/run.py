@@ -213,8 +213,12 @@ def run_method(a, tag, name, method, k, rounds, rates, logdir, overlap_ok):
     wall = time.time() - t0
     scraper.join(timeout=5)
     ws = [parse_worker(open(os.path.join(logdir, f"w{i}.log")).read()) for i in range(k)]
+    eval_error = None
     if ws[0]["deferred"]:
-        ws[0]["evals"] = evaluate_deferred(a, config_flags, ws[0]["deferred"], logdir)
+        try:
+            ws[0]["evals"] = evaluate_deferred(a, config_flags, ws[0]["deferred"], logdir)
+        except RuntimeError as e:  # e.g. a server-only flag in --server_flags: the other rows still count
+            eval_error = str(e)
     stext = open(os.path.join(logdir, "server.log")).read()
     m = re.search(r"final checksum ([0-9a-f]+)", stext)
     server_sum = m[1] if m else None
@@ -222,7 +226,8 @@ def run_method(a, tag, name, method, k, rounds, rates, logdir, overlap_ok):
     push_s = metric(scraper.text, "muloco_push_duration_seconds_sum")
     return dict(name=name, label=method["label"], overlap=overlap, overlap_used=overlap and overlap_ok,
                 signmuon=signmuon, h=h, n_rounds=n_rounds, codes=codes, wall=wall, workers=ws,
-                server_checksum=server_sum, push_mean=(push_s / push_n) if push_n else None, logdir=logdir)
+                server_checksum=server_sum, push_mean=(push_s / push_n) if push_n else None, logdir=logdir,
+                eval_error=eval_error)
 
 
 def evaluate_deferred(a, config_flags, deferred, logdir):
@@ -291,6 +296,8 @@ def summarize(r, target, rates):
         notes.append("overlap: not available in this build")
     if not row["exit_ok"]:
         notes.append(f"exit codes {r['codes']}")
+    if r.get("eval_error"):
+        notes.append(r["eval_error"])
     if not row["replicas_agree"]:
         notes.append(f"checksums differ: server {r['server_checksum']} workers {finals}")
     row["note"] = "; ".join(notes)
@@ -415,8 +422,8 @@ def main():
     p.add_argument("--out", default="/tmp/muloco-wan", help="CSV and logs go here")
     p.add_argument("--build", default=os.environ.get("MULOCO_BUILD", os.path.join(REPO, "build")))
     p.add_argument("--calibration_rounds", type=int, default=2)
-    p.add_argument("--server_flags", default="",
-                   help='server flags for every run, e.g. "--d_model=192 --n_layer=3" (a model whose dense transfer '
+    p.add_argument("--server_flags", default="",  # also given to the evaluation: run-config flags only
+                   help='run-config flags for every run (the server and the evaluation of its models), e.g. "--d_model=192 --n_layer=3" (a model whose dense transfer '
                         'takes over a minute on the volunteer link)')
     p.add_argument("--compute_s", type=float, default=None,
                    help="compute seconds per round of the small model (skips the calibration run)")

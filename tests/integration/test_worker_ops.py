@@ -158,7 +158,8 @@ class DeferredEvaluation(ClusterTest):
         return subprocess.run([WORKER_BIN, *args], capture_output=True, text=True, timeout=120)
 
     def test_deferred_models_evaluate_to_the_in_run_losses(self):
-        in_run = dict(re.findall(r"eval: round (\d+) val_loss ([\d.]+)", self.run_one("inrun")))
+        in_run_text = self.run_one("inrun")
+        in_run = dict(re.findall(r"eval: round (\d+) val_loss ([\d.]+)", in_run_text))
         models = self.path("models")
         deferred = self.run_one("deferred", f"--defer_eval={models}", f"--save_final={self.path('final.bin')}")
         written = re.findall(r"eval: round (\d+) deferred to (\S+)", deferred)
@@ -166,7 +167,10 @@ class DeferredEvaluation(ClusterTest):
         self.assertEqual(sorted(os.listdir(models)), [f"round-00000{r}.bin" for r in range(4)])
         self.assertEqual(set(in_run), {"0", "1", "2", "3"})
         final = re.search(r"final: val_loss ([\d.]+)", deferred)[1]
-        self.assertEqual(final, in_run["3"], "deferring evaluations does not change the training")
+        self.assertEqual(final, in_run["3"])
+        checksum = r"final: .* checksum ([0-9a-f]+)"
+        self.assertEqual(re.search(checksum, deferred)[1], re.search(checksum, in_run_text)[1],
+                         "deferring evaluations does not change the training")
 
         r = self.evaluate(f"--evaluate={models},{self.path('final.bin')}", *self.RUN)
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -187,6 +191,12 @@ class DeferredEvaluation(ClusterTest):
         both = self.evaluate("--baseline", f"--evaluate={short}", *TINY)
         self.assertEqual(both.returncode, 2)
         self.assertIn("two modes", both.stderr)
+        nothing = self.evaluate(f"--evaluate={short}", *TINY, "--eval_batches=0")
+        self.assertEqual(nothing.returncode, 2)
+        self.assertIn("--eval_batches >= 1", nothing.stderr)
+        ignored = self.evaluate("--baseline", f"--defer_eval={self.path('d')}", *TINY)
+        self.assertEqual(ignored.returncode, 2)
+        self.assertIn("not --baseline", ignored.stderr)
         blocked = self.evaluate("--server=127.0.0.1:1", f"--defer_eval={short}/models")  # a file in the way
         self.assertEqual(blocked.returncode, 2)
         self.assertIn("--defer_eval", blocked.stderr)
