@@ -21,17 +21,25 @@ namespace muloco {
 
 namespace {
 
+// The files in directory `dir` named PREFIX*.bin, in name order.
+std::vector<std::string> BinFiles(const std::string& dir, const std::string& prefix, std::error_code& ec) {
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().filename().string().rfind(prefix, 0) == 0 && e.path().extension() == ".bin") {
+      files.push_back(e.path().string());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 // The files `path` names: itself, or a directory's *.bin files in name order.
 absl::StatusOr<std::vector<std::string>> ModelFiles(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_directory(path, ec)) return std::vector<std::string>{path};
-  std::vector<std::string> files;
-  for (const auto& e : std::filesystem::directory_iterator(path, ec)) {
-    if (e.path().extension() == ".bin") files.push_back(e.path().string());
-  }
+  std::vector<std::string> files = BinFiles(path, "", ec);
   if (ec) return absl::UnavailableError(absl::StrCat(path, ": ", ec.message()));
   if (files.empty()) return absl::NotFoundError(absl::StrCat(path, ": no .bin files"));
-  std::sort(files.begin(), files.end());
   return files;
 }
 
@@ -59,13 +67,8 @@ std::string DeferredEvalPath(const std::string& dir, uint64_t round) {
 }
 
 std::vector<std::string> DeferredModels(const std::string& dir) {
-  std::vector<std::string> found;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("round-", 0) == 0 && e.path().extension() == ".bin") found.push_back(e.path().string());
-  }
-  return found;
+  std::error_code ec;  // a missing directory holds none
+  return BinFiles(dir, "round-", ec);
 }
 
 int RunEvaluate(const v1::RunConfig& config, const WorkerOptions& o, const std::vector<std::string>& paths) {

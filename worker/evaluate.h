@@ -14,7 +14,7 @@ namespace muloco {
 
 // Where --defer_eval writes the public model of round `round` (names sort in round order).
 std::string DeferredEvalPath(const std::string& dir, uint64_t round);
-// The round-*.bin files in `dir` (none when it is missing).
+// The round-*.bin files in `dir`, in round order (none when it is missing).
 std::vector<std::string> DeferredModels(const std::string& dir);
 
 // Evaluates each of `paths` (a file, or a directory: its *.bin files in name order) as a model

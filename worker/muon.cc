@@ -34,12 +34,12 @@ torch::Tensor NewtonSchulz(const torch::Tensor& g, int steps, const std::array<d
   x = x / (x.norm() + 1e-7);
   if (!g.is_cuda() && x.size(1) >= 2 * x.size(0)) {
     x = GramNewtonSchulz(x, steps, a, b, c);
-    return (tall ? x.t() : x).contiguous();
-  }
-  for (int i = 0; i < steps; ++i) {
-    torch::Tensor A = torch::matmul(x, x.t());
-    torch::Tensor B = b * A + c * torch::matmul(A, A);
-    x = a * x + torch::matmul(B, x);
+  } else {
+    for (int i = 0; i < steps; ++i) {
+      torch::Tensor A = torch::matmul(x, x.t());
+      torch::Tensor B = b * A + c * torch::matmul(A, A);
+      x = a * x + torch::matmul(B, x);
+    }
   }
   if (tall) x = x.t();
   return x.to(g.scalar_type());
