@@ -284,12 +284,13 @@ def summarize(r, target, rates):
                wall_s=(w0["final"]["t"] if w0["final"] else rounds[-1]["t"]) - start)
     if row["waited_s"] is not None:
         row["other_s"] = round_s - compute - row["waited_s"]  # evaluation, encoding, rebasing
-    row["curve"] = [(t - start, rnd, v) for t, rnd, v in w0["evals"] if rnd >= 1]  # for depth_table
+    # Seconds from the first join and val loss of each evaluated model. Only trained models
+    # count: the initial model (round 0) never reaches a target.
+    row["curve"] = [(t - start, rnd, v) for t, rnd, v in w0["evals"] if rnd >= 1]
     if target is not None:
-        # Only trained models count: the initial model (round 0) never reaches a target.
-        hit = next(((t, rnd) for t, rnd, v in w0["evals"] if rnd >= 1 and v <= target), None)
+        hit = first_hit(row["curve"], target)
         row["target_val"] = target
-        row["time_to_target_s"] = (hit[0] - start) if hit else None
+        row["time_to_target_s"] = hit[0] if hit else None
         row["steps_to_target"] = hit[1] * r["h"] if hit else None
     notes = []
     if r["overlap"] and not r["overlap_used"]:
@@ -312,6 +313,11 @@ COLUMNS = ["scenario", "method", "link_mbit", "rounds", "steps_per_round", "roun
 DEPTHS = (1.05, 1.02, 1.01, 1.00)
 
 
+def first_hit(curve, target):
+    """(seconds, round) of the first model of `curve` at or below `target`, or None."""
+    return next(((t, rnd) for t, rnd, v in curve if v <= target), None)
+
+
 def depth_table(rows, dense_finals):
     """Time to target at several depths (dense DiLoCo's final val loss x DEPTHS), and each
     method's ratio to dense there: the ratio depends on how deep the target is."""
@@ -325,10 +331,9 @@ def depth_table(rows, dense_finals):
         for r in srows:
             cells = []
             for d in DEPTHS:
-                hit = next(((t, rnd) for t, rnd, v in r["curve"] if v <= final * d), None)
-                base = next((t for t, rnd, v in dense["curve"] if v <= final * d), None)
+                hit, base = first_hit(r["curve"], final * d), first_hit(dense["curve"], final * d)
                 cells.append("not reached" if hit is None else
-                             f"{hit[0]:6.1f} s r{hit[1]:<3} {base / hit[0]:5.2f}x" if base else f"{hit[0]:6.1f} s r{hit[1]}")
+                             f"{hit[0]:6.1f} s r{hit[1]:<3} {base[0] / hit[0]:5.2f}x" if base else f"{hit[0]:6.1f} s r{hit[1]}")
             print(f"  {r['method']:<27} " + " | ".join(f"{c:<21}" for c in cells))
 
 
@@ -514,12 +519,11 @@ def main():
                 t = time.time()
                 r = run_method(a, tag, name, METHODS[name], a.workers, a.rounds, rates[s],
                                os.path.join(a.out, "logs", f"{s}-{name}"), overlap_ok)
-                if name == "dense" and r["workers"][0]["final"]:
-                    dense_finals[s] = r["workers"][0]["final"]["val"]
-                if name == "dense" and a.target is None:
-                    fin = r["workers"][0]["final"]
-                    target = fin["val"] * 1.02 if fin else None
-                    if target:
+                fin = r["workers"][0]["final"]
+                if name == "dense" and fin:
+                    dense_finals[s] = fin["val"]
+                    if a.target is None:
+                        target = fin["val"] * 1.02
                         print(f"  target val loss for {s}: {target:.4f} (dense final {fin['val']:.4f} x 1.02)")
                 row = summarize(r, target, rates[s])
                 row["scenario"] = s
