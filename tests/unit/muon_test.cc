@@ -63,14 +63,18 @@ TEST(NewtonSchulz, ServerPolarStepMatchesLibTorch) {
 }
 
 TEST(NewtonSchulz, WorkerLibTorchMatchesTheCpuReference) {
-  // One Newton-Schulz: the worker's LibTorch iteration (fp32 on the CPU) and the kernels/
-  // reference agree, for each orientation and several step counts. The reference iterates on
-  // the matrix itself; the worker, on the CPU, on the Gram matrix when the long side is at
-  // least twice the short (24x64, 64x24, 16x128).
+  // One Newton-Schulz: the worker's LibTorch version and the kernels/ reference agree, for
+  // each orientation and several step counts. The reference iterates on the matrix itself; the
+  // worker, on the CPU, evaluates the same function of the Gram matrix from its fp64
+  // eigendecomposition (square, tall and wide shapes, and a rank-3 one whose zero singular
+  // values stay zero).
   torch::manual_seed(7);
-  for (auto [r, c] : {std::pair<int64_t, int64_t>{24, 64}, {64, 24}, {32, 32}, {16, 128}, {40, 64}}) {
-    for (int steps : {1, 3, 5}) {
-      torch::Tensor g = torch::randn({r, c});
+  const auto random = [](int64_t r, int64_t c) { return torch::randn({r, c}); };
+  const auto rank3 = [](int64_t r, int64_t c) { return torch::matmul(torch::randn({r, 3}), torch::randn({3, c})); };
+  for (auto [r, c, make] : {std::tuple{24, 64, +random}, {64, 24, +random}, {32, 32, +random}, {64, 64, +random},
+                            {16, 128, +random}, {40, 64, +random}, {48, 40, +rank3}}) {
+    for (int steps : {0, 1, 3, 5}) {
+      torch::Tensor g = make(r, c);
       std::vector<float> m(g.data_ptr<float>(), g.data_ptr<float>() + g.numel());
       kernels::cpu::NewtonSchulz(m.data(), r, c, steps);
       torch::Tensor want = NewtonSchulz(g, steps, kCoeffs).contiguous();
@@ -79,6 +83,13 @@ TEST(NewtonSchulz, WorkerLibTorchMatchesTheCpuReference) {
       }
     }
   }
+}
+
+TEST(NewtonSchulz, NonFiniteInputStaysNonFinite) {
+  // eigh cannot take a NaN: the plain iteration runs instead and carries it, as it always did.
+  torch::Tensor g = torch::randn({8, 16});
+  g[2][3] = std::nan("");
+  EXPECT_FALSE(torch::isfinite(NewtonSchulz(g, 5, kCoeffs)).all().item<bool>());
 }
 
 TEST(Muon, RoutesHiddenMatricesOnly) {
