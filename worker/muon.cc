@@ -16,9 +16,11 @@ namespace {
 // A = V diag(lambda) V^T (eigh, in fp64: the m x m matrix is small and its small eigenvalues
 // need the digits), f(A) = V diag(f(lambda)) V^T, where each eigenvalue follows the same steps
 // as a number: m = p(lambda), f *= m, lambda *= m^2. The same iterates in exact arithmetic;
-// 2 m^2 n fp32 and ~10 m^3 fp64 multiply-adds against 5 (2 m^2 n + m^3). Empty if eigh fails
-// (e.g. a non-finite x): the caller iterates on x itself.
+// m^2 n fp64 + m^2 n fp32 and ~10 m^3 fp64 multiply-adds against 5 (2 m^2 n + m^3). Empty for
+// a non-finite x (LAPACK's handling of NaN differs between builds) and where eigh fails: the
+// caller iterates on x itself.
 std::optional<torch::Tensor> SpectralNewtonSchulz(const torch::Tensor& x, int steps, double a, double b, double c) {
+  if (!torch::isfinite(x).all().item<bool>()) return std::nullopt;
   const torch::Tensor xd = x.to(torch::kFloat64);
   torch::Tensor lambda, v;
   try {
@@ -44,7 +46,7 @@ torch::Tensor NewtonSchulz(const torch::Tensor& g, int steps, const std::array<d
   if (tall) x = x.t();
   x = x / (x.norm() + 1e-7);
   std::optional<torch::Tensor> spectral;
-  if (!g.is_cuda()) spectral = SpectralNewtonSchulz(x, steps, a, b, c);
+  if (!g.is_cuda() && steps > 0) spectral = SpectralNewtonSchulz(x, steps, a, b, c);
   if (spectral) {
     x = *spectral;
   } else {

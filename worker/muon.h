@@ -27,7 +27,8 @@ struct MuonOptions {
 // Singular values of the result lie in about [0.5, 1.5] for those of g above ~1e-3 of its
 // Frobenius norm (5 steps); smaller ones are amplified by ~a^steps. bf16 on CUDA; on the CPU
 // the same function is computed from an fp64 eigendecomposition of the Gram matrix (the same
-// iterates in exact arithmetic, 2-4x faster; muon.cc), plain fp32 steps where that fails.
+// iterates in exact arithmetic, 1.7-3.8x faster on Muon's shapes here; muon.cc), plain fp32 steps
+// for a non-finite matrix or where that fails.
 torch::Tensor NewtonSchulz(const torch::Tensor& g, int steps, const std::array<double, 3>& coeffs);
 
 // The scale applied to a rows x cols update under `rule`.

@@ -86,7 +86,7 @@ TEST(NewtonSchulz, WorkerLibTorchMatchesTheCpuReference) {
 }
 
 TEST(NewtonSchulz, NonFiniteInputStaysNonFinite) {
-  // eigh cannot take a NaN: the plain iteration runs instead and carries it, as it always did.
+  // A NaN skips the eigendecomposition: the plain iteration runs instead and carries it.
   torch::Tensor g = torch::randn({8, 16});
   g[2][3] = std::nan("");
   EXPECT_FALSE(torch::isfinite(NewtonSchulz(g, 5, kCoeffs)).all().item<bool>());
