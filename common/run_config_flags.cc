@@ -116,16 +116,18 @@ std::vector<std::pair<const char*, Setter>> Fields() {
 
 }  // namespace
 
-absl::StatusOr<v1::RunConfig> ResolveRunConfig() {
+absl::StatusOr<v1::RunConfig> ResolveRunConfig(const std::string& config_file) {
   std::string file_text;
   v1::RunConfig from_file;
-  const std::string path = absl::GetFlag(FLAGS_config);
+  const bool given = FlagGiven("config");
+  const std::string path = given ? absl::GetFlag(FLAGS_config) : config_file;
+  const std::string label = given ? absl::StrCat("--config=", path) : path;
   if (!path.empty()) {
     absl::StatusOr<std::string> text = ReadFile(path);
-    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("--config=", path, ": cannot read it"));
+    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat(label, ": cannot read it"));
     file_text = *std::move(text);
     if (absl::Status s = MergeRunConfigText(file_text, &from_file); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--config=", path, ": ", s.message()));
+      return absl::InvalidArgumentError(absl::StrCat(label, ": ", s.message()));
     }
   }
   // The preset: --preset if given, else the file's, else the default.
@@ -141,8 +143,8 @@ absl::StatusOr<v1::RunConfig> ResolveRunConfig() {
   return c;
 }
 
-v1::RunConfig RunConfigFromFlags() {
-  absl::StatusOr<v1::RunConfig> c = ResolveRunConfig();
+v1::RunConfig RunConfigFromFlags(const std::string& config_file) {
+  absl::StatusOr<v1::RunConfig> c = ResolveRunConfig(config_file);
   if (!c.ok()) {
     std::fprintf(stderr, "%s\n", std::string(c.status().message()).c_str());
     std::exit(2);

@@ -1,4 +1,4 @@
-// DeferredEvalPath and RunEvaluate (see evaluate.h).
+// DeferredEvalPath, ConfigBeside and RunEvaluate (see evaluate.h).
 #include "worker/evaluate.h"
 
 #include <algorithm>
@@ -50,7 +50,8 @@ absl::StatusOr<std::vector<float>> ReadModel(const std::string& path, size_t n) 
   if (bytes->size() != n * sizeof(float)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", bytes->size(), " bytes, but this run config's model has ",
                                                    n, " parameters (", n * sizeof(float),
-                                                   " bytes of raw fp32): pass the run's model flags (--preset, ...)"));
+                                                   " bytes of raw fp32): not a model of this run configuration "
+                                                   "(its --config, or the run's flags)"));
   }
   std::vector<float> params(n);
   std::memcpy(params.data(), bytes->data(), bytes->size());
@@ -69,6 +70,29 @@ std::string DeferredEvalPath(const std::string& dir, uint64_t round) {
 std::vector<std::string> DeferredModels(const std::string& dir) {
   std::error_code ec;  // a missing directory holds none
   return BinFiles(dir, "round-", ec);
+}
+
+std::string DeferredConfigPath(const std::string& dir) { return dir + "/run_config.txtpb"; }
+
+absl::StatusOr<std::string> ConfigBeside(const std::vector<std::string>& paths) {
+  std::string found, found_text;
+  for (const std::string& path : paths) {
+    std::error_code ec;
+    const std::string dir =
+        std::filesystem::is_directory(path, ec) ? path : std::filesystem::path(path).parent_path().string();
+    const std::string candidate = DeferredConfigPath(dir.empty() ? "." : dir);
+    if (!std::filesystem::exists(candidate, ec)) continue;
+    absl::StatusOr<std::string> text = ReadFile(candidate);
+    if (!text.ok()) return absl::UnavailableError(absl::StrCat(candidate, ": cannot read it"));
+    if (found.empty()) {
+      found = candidate;
+      found_text = *std::move(text);
+    } else if (*text != found_text) {
+      return absl::InvalidArgumentError(absl::StrCat(found, " and ", candidate, " are different runs' configurations: "
+                                                     "evaluate their models in separate calls"));
+    }
+  }
+  return found;
 }
 
 int RunEvaluate(const v1::RunConfig& config, const WorkerOptions& o, const std::vector<std::string>& paths) {

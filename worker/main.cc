@@ -44,12 +44,14 @@ ABSL_FLAG(std::string, token_file, "", "File holding this worker's join token (f
 ABSL_FLAG(uint32_t, fault_nonfinite_rounds, 0, "Fault injection for tests: make the first N updates non-finite");
 ABSL_FLAG(bool, baseline, false, "Train alone, without a server, using the run-config flags");
 ABSL_FLAG(std::vector<std::string>, evaluate, {},
-          "Evaluate saved models (raw fp32 from --save_final or --defer_eval; a directory: its .bin files) with the "
-          "run-config flags of their run, print 'PATH val_loss X' for each, and exit");
+          "Evaluate saved models (raw fp32 from --save_final or --defer_eval; a directory: its .bin files) as models "
+          "of their run, print 'PATH val_loss X' for each, and exit. Their run's configuration: --config if given, else "
+          "the run_config.txtpb that --defer_eval wrote beside them; run-config flags override either");
 ABSL_FLAG(std::string, defer_eval, "",
           "At the run's evaluation rounds, write the public model to DIR/round-NNNNNN.bin instead of evaluating it "
-          "(evaluate later with --evaluate=DIR): keeps evaluation out of the training's time. One directory per "
-          "worker. The final model is written and evaluated; the summary's first val_loss is then the final one");
+          "and the run's configuration to DIR/run_config.txtpb (evaluate later with --evaluate=DIR): keeps "
+          "evaluation out of the training's time. One directory per worker. The final model is written and "
+          "evaluated; the summary's first val_loss is then the final one");
 ABSL_FLAG(bool, overlap, false,
           "Train the next round while the last one is pushed, aggregated and sent back; rebase onto the new "
           "global model when it arrives (hides communication behind compute; not for SignMuon)");
@@ -91,7 +93,7 @@ int main(int argc, char** argv) {
                    "muloco-worker: DiLoCo worker.\n"
                    "  muloco-worker --server=HOST:PORT        (everything else comes from the server)\n"
                    "  muloco-worker --baseline --rounds=10     (single process, no server)\n"
-                   "  muloco-worker --evaluate=FILE|DIR,...   (validation loss of saved models; the run's config flags)");
+                   "  muloco-worker --evaluate=FILE|DIR,...   (validation loss of saved models of a run)");
   if (absl::GetFlag(FLAGS_threads) < 1 || !(absl::GetFlag(FLAGS_heartbeat_s) > 0) ||
       !(absl::GetFlag(FLAGS_progress_s) >= 0) || !(absl::GetFlag(FLAGS_stall_timeout_s) > 0) ||
       absl::GetFlag(FLAGS_chunk_bytes) < 1024 || absl::GetFlag(FLAGS_chunk_bytes) > (4u << 20)) {
@@ -148,7 +150,8 @@ int main(int argc, char** argv) {
     }
     if (!DeferredModels(o.defer_eval).empty()) {
       Logf("worker", "--defer_eval: %s already holds round-*.bin files (an earlier run's?); this run overwrites "
-           "those of its own rounds only", o.defer_eval.c_str());
+           "those of its own rounds and the run_config.txtpb that --evaluate reads for all of them",
+           o.defer_eval.c_str());
     }
   }
   if (!absl::GetFlag(FLAGS_baseline) && evaluate.empty()) {
@@ -156,7 +159,17 @@ int main(int argc, char** argv) {
     o.stop_signal = &stop_signal;
     return RunWorker(o);
   }
-  const v1::RunConfig config = RunConfigFromFlags();
+  std::string beside;  // --evaluate: the configuration --defer_eval wrote beside the models
+  if (!evaluate.empty() && !FlagGiven("config")) {
+    absl::StatusOr<std::string> found = ConfigBeside(evaluate);
+    if (!found.ok()) {
+      std::fprintf(stderr, "muloco-worker: --evaluate: %s\n", std::string(found.status().message()).c_str());
+      return 2;
+    }
+    beside = *found;
+    if (!beside.empty()) Logf("evaluate", "run configuration from %s", beside.c_str());
+  }
+  const v1::RunConfig config = RunConfigFromFlags(beside);
   if (absl::Status s = ValidateRunConfig(config); !s.ok()) {
     std::fprintf(stderr, "muloco-worker: %s\n", s.ToString().c_str());
     return 2;

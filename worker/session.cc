@@ -278,6 +278,11 @@ absl::Status WorkerSession::Join(double timeout_s) {
   }
   if (id_ == 0) join_index_ = joined->join_index();
   config_ = joined->config();
+  if (!o_.defer_eval.empty()) {  // --evaluate=DIR finds the run's configuration here
+    if (absl::Status s = WriteFileAtomic(DeferredConfigPath(o_.defer_eval), RunConfigText(config_)); !s.ok()) {
+      LogWarn(tag_.c_str(), "--defer_eval: %s", s.ToString().c_str());
+    }
+  }
   joined_round_ = joined->round();
   joined_checksum_ = joined->model_checksum();
   id_ = joined->worker_id();

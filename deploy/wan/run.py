@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """deploy/wan/run.py: the WAN comparison benchmark (run as root). Runs one muloco-server and K
 workers, each in its own network namespace joined to the server's by a tbf-shaped veth link
-(deploy/wan/netns.sh), and compares dense DiLoCo, MuLoCo 2-bit + error feedback, SignMuon
+(deploy/wan/netns.sh), and compares dense DiLoCo, MuLoCo 2-bit (error feedback down), SignMuon
 and MuLoCo 2-bit with --overlap on wall time per round (compute / blocked on the server /
 push), time to a target validation loss and bytes up and down.
 
@@ -41,9 +41,9 @@ METRICS_PORT = 9090   # the server's metrics, on the server namespace's loopback
 # method name -> (server preset and flags, worker flags, rounds multiplier is H for SignMuon)
 METHODS = {
     "dense": dict(label="dense DiLoCo (fp32)", preset="diloco"),
-    "muloco-2bit": dict(label="MuLoCo 2-bit+EF", preset="muloco-2bit"),
+    "muloco-2bit": dict(label="MuLoCo 2-bit (EF down)", preset="muloco-2bit"),
     "signmuon": dict(label="SignMuon (1-bit vote)", preset="signmuon"),
-    "muloco-2bit-overlap": dict(label="MuLoCo 2-bit+EF --overlap", preset="muloco-2bit", overlap=True),
+    "muloco-2bit-overlap": dict(label="MuLoCo 2-bit (EF down) --overlap", preset="muloco-2bit", overlap=True),
 }
 
 SCENARIOS = {  # name -> (description, flag of the downlink Mbit/s, flag of the uplink Mbit/s)
@@ -216,8 +216,8 @@ def run_method(a, tag, name, method, k, rounds, rates, logdir, overlap_ok):
     eval_error = None
     if ws[0]["deferred"]:
         try:
-            ws[0]["evals"] = evaluate_deferred(a, config_flags, ws[0]["deferred"], logdir)
-        except RuntimeError as e:  # e.g. a server-only flag in --server_flags: the other rows still count
+            ws[0]["evals"] = evaluate_deferred(a, ws[0]["deferred"], logdir)
+        except RuntimeError as e:  # e.g. the worker could not write its models: the other rows still count
             eval_error = str(e)
     stext = open(os.path.join(logdir, "server.log")).read()
     m = re.search(r"final checksum ([0-9a-f]+)", stext)
@@ -230,11 +230,14 @@ def run_method(a, tag, name, method, k, rounds, rates, logdir, overlap_ok):
                 eval_error=eval_error)
 
 
-def evaluate_deferred(a, config_flags, deferred, logdir):
+def evaluate_deferred(a, deferred, logdir):
     """Evaluates the models worker 0 wrote at its evaluation rounds (--defer_eval), after the
-    run: [(when it had the model, round, val loss)], as its own evaluations would have given."""
+    run: [(when it had the model, round, val loss)], as its own evaluations would have given
+    (the run's configuration is the one the worker wrote beside them)."""
     paths = [path for _, _, path in deferred]
-    r = subprocess.run([a.worker_bin, f"--evaluate={','.join(paths)}", *config_flags],
+    if not os.path.exists(os.path.join(os.path.dirname(paths[0]), "run_config.txtpb")):
+        raise RuntimeError(f"{logdir}: worker 0 wrote no run_config.txtpb beside its models (see w0.log)")
+    r = subprocess.run([a.worker_bin, f"--evaluate={','.join(paths)}"],
                        capture_output=True, text=True)
     with open(os.path.join(logdir, "evaluate.log"), "w") as f:
         f.write(r.stdout + r.stderr)
@@ -334,7 +337,7 @@ def depth_table(rows, dense_finals):
                 hit, base = first_hit(r["curve"], final * d), first_hit(dense["curve"], final * d)
                 cells.append("not reached" if hit is None else
                              f"{hit[0]:6.1f} s r{hit[1]:<3} {base[0] / hit[0]:5.2f}x" if base else f"{hit[0]:6.1f} s r{hit[1]}")
-            print(f"  {r['method']:<27} " + " | ".join(f"{c:<21}" for c in cells))
+            print(f"  {r['method']:<32} " + " | ".join(f"{c:<21}" for c in cells))
 
 
 def fmt(v, nd=2):
@@ -349,7 +352,7 @@ def fmt(v, nd=2):
 
 def print_table(rows):
     print()
-    head = (f"{'scenario':<10} {'method':<27} {'Mbit/s':>11} {'rnds':>4} {'H':>3} {'round s':>8} {'compute':>8} "
+    head = (f"{'scenario':<10} {'method':<32} {'Mbit/s':>11} {'rnds':>4} {'H':>3} {'round s':>8} {'compute':>8} "
             f"{'waited':>7} {'push':>6} {'other':>6} {'ideal':>6} {'s/step':>7} {'final val':>9} "
             f"{'to target s':>11} {'MB up':>7} {'MB down':>8} {'ok':>3}  note")
     print(head)
@@ -360,7 +363,7 @@ def print_table(rows):
         if r.get("target_val") is not None and r.get("time_to_target_s") is None:
             ttt = "not reached"
         ok = "yes" if r.get("exit_ok") and r.get("replicas_agree") else "NO"
-        print(f"{r['scenario']:<10} {r['method']:<27} {fmt(r.get('link_mbit')):>11} {fmt(r.get('rounds')):>4} "
+        print(f"{r['scenario']:<10} {r['method']:<32} {fmt(r.get('link_mbit')):>11} {fmt(r.get('rounds')):>4} "
               f"{fmt(r.get('steps_per_round')):>3} {fmt(r.get('round_s')):>8} {fmt(r.get('compute_s')):>8} "
               f"{fmt(r.get('waited_s')):>7} {fmt(r.get('push_s')):>6} {fmt(r.get('other_s')):>6} "
               f"{fmt(r.get('ideal_comm_s')):>6} {fmt(r.get('s_per_step'), 3):>7} {fmt(r.get('final_val'), 4):>9} "
@@ -427,9 +430,10 @@ def main():
     p.add_argument("--out", default="/tmp/muloco-wan", help="CSV and logs go here")
     p.add_argument("--build", default=os.environ.get("MULOCO_BUILD", os.path.join(REPO, "build")))
     p.add_argument("--calibration_rounds", type=int, default=2)
-    p.add_argument("--server_flags", default="",  # also given to the evaluation: run-config flags only
-                   help='run-config flags for every run (the server and the evaluation of its models), e.g. "--d_model=192 --n_layer=3" (a model whose dense transfer '
-                        'takes over a minute on the volunteer link)')
+    p.add_argument("--server_flags", default="",
+                   help='muloco-server flags for every run, e.g. "--d_model=192 --n_layer=3" (a model whose dense transfer '
+                        'takes over a minute on the volunteer link); the workers get the run configuration from the server, '
+                        'and the evaluation of their models from the file they wrote beside them')
     p.add_argument("--compute_s", type=float, default=None,
                    help="compute seconds per round of the small model (skips the calibration run)")
     p.add_argument("--target", type=float, default=None,
@@ -528,7 +532,7 @@ def main():
                 row = summarize(r, target, rates[s])
                 row["scenario"] = s
                 rows.append(row)
-                print(f"  {r['label']:<27} {time.time() - t:6.1f} s: round {fmt(row.get('round_s'))} s, final val "
+                print(f"  {r['label']:<32} {time.time() - t:6.1f} s: round {fmt(row.get('round_s'))} s, final val "
                       f"{fmt(row.get('final_val'), 4)} {row.get('note', '')}")
             if target is None:
                 print("  (no target: dense DiLoCo was not run; give --target)")

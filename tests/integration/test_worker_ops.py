@@ -6,6 +6,7 @@ evaluated, and --evaluate gives the same losses afterwards."""
 import datetime
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -164,7 +165,7 @@ class DeferredEvaluation(ClusterTest):
         deferred = self.run_one("deferred", f"--defer_eval={models}", f"--save_final={self.path('final.bin')}")
         written = re.findall(r"eval: round (\d+) deferred to (\S+)", deferred)
         self.assertEqual([r for r, _ in written], ["0", "1", "2", "3"], deferred)  # 3: the final model
-        self.assertEqual(sorted(os.listdir(models)), [f"round-00000{r}.bin" for r in range(4)])
+        self.assertEqual(sorted(os.listdir(models)), [f"round-00000{r}.bin" for r in range(4)] + ["run_config.txtpb"])
         self.assertEqual(set(in_run), {"0", "1", "2", "3"})
         final = re.search(r"final: val_loss ([\d.]+)", deferred)[1]
         self.assertEqual(final, in_run["3"])
@@ -172,11 +173,28 @@ class DeferredEvaluation(ClusterTest):
         self.assertEqual(re.search(checksum, deferred)[1], re.search(checksum, in_run_text)[1],
                          "deferring evaluations does not change the training")
 
-        r = self.evaluate(f"--evaluate={models},{self.path('final.bin')}", *self.RUN)
+        # No run flags: the configuration the worker wrote beside its models is the run's.
+        r = self.evaluate(f"--evaluate={models},{self.path('final.bin')}")
         self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("run configuration from " + os.path.join(models, "run_config.txtpb"), r.stderr)
         got = re.findall(r"^(\S+) val_loss ([\d.]+)$", r.stdout, re.M)
         self.assertEqual(got, [(path, in_run[rnd]) for rnd, path in written] + [(self.path("final.bin"), final)])
         self.assertGreater(float(in_run["0"]), float(final))  # it trained
+        # A flag overrides the file: another model width is not this model.
+        wider = self.evaluate(f"--evaluate={models}", "--d_model=48")
+        self.assertEqual(wider.returncode, 1, wider.stderr)
+        self.assertIn("not a model of this run configuration", wider.stderr)
+        # Two runs' models with different configurations do not share one evaluation.
+        other = self.path("other")
+        shutil.copytree(models, other)
+        with open(os.path.join(other, "run_config.txtpb")) as f:
+            text = f.read()
+        with open(os.path.join(other, "run_config.txtpb"), "w") as f:
+            f.write(re.sub(r"eval_batches: (\d+)", lambda m: f"eval_batches: {int(m[1]) + 1}", text))
+        mixed = self.evaluate(f"--evaluate={models},{other}")
+        self.assertEqual(mixed.returncode, 2, mixed.stderr)
+        self.assertIn("different runs' configurations", mixed.stderr)
+        self.assertEqual(mixed.stdout, "")
 
     def test_evaluate_refuses_what_is_not_a_model_of_the_run(self):
         short = self.path("short.bin")
