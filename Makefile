@@ -1,5 +1,5 @@
 # Entry points: `make demo` (local server + two workers) and `make test` (every test);
-# `make bench` and `make frontier` (loss against bytes per method, ~10 min) are benchmarks.
+# `make bench` and `make frontier` (loss against bytes per method, ~12 min) are benchmarks.
 # Both install missing Debian packages first and build in ./build.
 BUILD ?= build
 JOBS ?= $(shell nproc)

@@ -43,7 +43,10 @@ METHODS = [
     ("diloco-2bit", "DiLoCo 2-bit+EF",
      ["--preset=diloco", "--uplink_codec=lloyd:bits=2,chunk=4096", "--downlink_codec=lloyd:bits=2,chunk=4096"]),
     ("muloco", "MuLoCo dense", ["--preset=muloco"]),
-    ("muloco-2bit", "MuLoCo 2-bit+EF", ["--preset=muloco-2bit"]),
+    # The preset codes the uplink without error feedback (its sweep: bench/README.md); the row
+    # after it is the same with the feedback on both ways.
+    ("muloco-2bit", "MuLoCo 2-bit, EF down (preset)", ["--preset=muloco-2bit"]),
+    ("muloco-2bit-ef", "MuLoCo 2-bit+EF both ways", ["--preset=muloco-2bit", "--ef_beta=1"]),
     ("muloco-topk", "MuLoCo top-k+2-bit+EF",
      ["--preset=muloco", "--outer_lr=0.7", "--outer_momentum=0.4", "--uplink_codec=topk:chunk=4096,k=128,bits=2",
       "--downlink_codec=lloyd:bits=2,chunk=4096"]),

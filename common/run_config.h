@@ -17,7 +17,8 @@ namespace muloco {
 // (model and schedule are the demo's in each):
 //   diloco       AdamW inner, dense fp32 both ways, outer Nesterov SGD lr 0.7 momentum 0.6
 //   muloco       Muon inner (AdamW for embeddings, head, gains, biases), dense, outer 1.0 / 0.6
-//   muloco-2bit  muloco with 2-bit Lloyd-Max quantization + error feedback both ways (default)
+//   muloco-2bit  muloco with 2-bit Lloyd-Max both ways, error feedback on the downlink only
+//                (ef_beta 0, by the frontier sweeps) (default)
 //   signmuon     H = 1: each worker sends the signs of its Muon direction (1 bit per
 //                parameter); the server applies the majority vote W <- W - outer_lr * V
 inline constexpr char kDefaultPreset[] = "muloco-2bit";

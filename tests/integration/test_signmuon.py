@@ -1,7 +1,7 @@
 """SignMuon with three worker processes: each step every worker sends the signs of its Muon
 direction, 1 bit per parameter plus headers (measured from the bytes actually sent), the
 server applies the majority vote, and the model trains (validation loss below 80% of its
-start). MuLoCo (Muon inner, 2-bit + EF both ways) trains end to end as well."""
+start). MuLoCo (Muon inner, 2-bit both ways) trains end to end as well."""
 import re
 import unittest
 
