@@ -46,7 +46,8 @@ constexpr Preset kPresets[] = {
     // No uplink error feedback (ef_beta 0; the downlink keeps θ_true − θ_pub, which the
     // replicas' bit-identity needs): the frontier sweeps (bench/README.md) gave ef_beta 1 / 0
     // 2.4519 / 2.4436 (stop 14) and 2.4484 / 2.4385 (stop 21) on 10 rounds, 2.1572 / 2.1495 on
-    // 20, 2.0206 / 2.0064 on 30, and deploy/wan's 20-round volunteer run 2.2270 / 2.1923.
+    // 20, 2.0206 / 2.0064 on 30, 1.8639 / 1.8437 on 60, and deploy/wan's 20-round volunteer
+    // run 2.2270 / 2.1923.
     {"muloco-2bit", R"pb(inner_optimizer: "muon" outer_lr: 1.0 ef_beta: 0
                          uplink_codec: "lloyd:bits=2,chunk=4096" downlink_codec: "lloyd:bits=2,chunk=4096")pb"},
     // At most 1 bit per parameter up and 2 down: 1-bit Lloyd on a seeded 93% of each chunk up,
