@@ -166,13 +166,12 @@ def run_method(a, tag, name, method, k, rounds, rates, logdir, overlap_ok):
     signmuon = method["preset"] == "signmuon"
     h = 1 if signmuon else a.inner_steps
     n_rounds = rounds * a.inner_steps if signmuon else rounds  # same inner steps (tokens) for every method
-    config_flags = [f"--preset={method['preset']}", f"--rounds={n_rounds}", f"--eval_batches={a.eval_batches}",
-                    f"--eval_every={a.inner_steps if signmuon else 1}"]
+    server_flags = [f"--preset={method['preset']}", f"--rounds={n_rounds}", f"--eval_batches={a.eval_batches}",
+                    f"--eval_every={a.inner_steps if signmuon else 1}", "--linger_s=30", "--round_timeout_s=600",
+                    "--heartbeat_timeout_s=120", "--idle_timeout_s=300"]
     if not signmuon:
-        config_flags.append(f"--inner_steps={h}")
-    config_flags += shlex.split(a.server_flags)  # e.g. a larger model
-    server_flags = config_flags + ["--linger_s=30", "--round_timeout_s=600", "--heartbeat_timeout_s=120",
-                                   "--idle_timeout_s=300"]
+        server_flags.append(f"--inner_steps={h}")
+    server_flags += shlex.split(a.server_flags)  # e.g. a larger model
     worker_flags = ["--progress_s=0", "--heartbeat_s=5", "--stall_timeout_s=120"]
     overlap = bool(method.get("overlap"))
     if overlap and overlap_ok:
