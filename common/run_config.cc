@@ -30,7 +30,8 @@ constexpr char kBase[] = R"pb(
 
 struct Preset {
   const char* name;
-  const char* fields;  // over kBase
+  const char* over;    // the preset these fields go over; nullptr: kBase
+  const char* fields;
 };
 // lloyd:bits=2,chunk=4096 is 2.03 bits per element: 2-bit codes + a 4-float table per 4096
 // (chunk by the frontier sweep, bench/README.md: 256 / 512 / 2048 / 4096 gave 2.4588 / 2.4657 /
@@ -39,20 +40,20 @@ constexpr Preset kPresets[] = {
     // Outer momentum 0.6, not the DiLoCo paper's 0.9 (at H = 500): on this model 0.9 overshoots
     // after the first round, and the frontier sweep (bench/README.md) gave 2.5885 / 2.5738 /
     // 2.5589 for 0.9 / 0.8 / 0.6. Muon's weight decay is 0 by the same sweep (MuLoCo: 1e-4).
-    {"diloco", ""},
-    // The MuLoCo presets' inner schedule and outer lr by the stop-22 sweep (bench/README.md):
-    // Muon lr 0.03 (0.02 before) and a cosine floor of 0.7 (0.1), outer lr 0.7 (1.0). Dense
-    // MuLoCo went from 2.4005 to ~2.31 on 10 rounds and from 2.0004 to 1.9583 on 30; a floor of
-    // 1.0 or Muon lr 0.04 do better on 10 rounds and worse on 30, so these are the settings good
-    // on both.
-    {"muloco", R"pb(inner_optimizer: "muon" muon_lr: 0.03 inner_min_lr_ratio: 0.7 outer_lr: 0.7)pb"},
+    {"diloco", nullptr, ""},
+    // The MuLoCo presets (this one and those over it): inner schedule and outer lr by the stop-22
+    // sweep (bench/README.md): Muon lr 0.03 (0.02 before) and a cosine floor of 0.7 (0.1), outer
+    // lr 0.7 (1.0). Dense MuLoCo went from 2.4005 to 2.3042 on 10 rounds and from 2.0004 to
+    // 1.9579 on 30; a floor of 1.0 or Muon lr 0.04 do better on 10 rounds and worse on 30, so
+    // these are the settings good on both.
+    {"muloco", nullptr, R"pb(inner_optimizer: "muon" muon_lr: 0.03 inner_min_lr_ratio: 0.7 outer_lr: 0.7)pb"},
     // No uplink error feedback (ef_beta 0; the downlink keeps θ_true − θ_pub, which the
     // replicas' bit-identity needs): the frontier sweeps (bench/README.md) gave ef_beta 1 / 0
     // 2.4519 / 2.4436 (stop 14) and 2.4484 / 2.4385 (stop 21) on 10 rounds, 2.1572 / 2.1495 on
     // 20, 2.0206 / 2.0064 on 30, 1.8639 / 1.8437 on 60, and deploy/wan's 20-round volunteer
     // run 2.2270 / 2.1923.
-    {"muloco-2bit", R"pb(inner_optimizer: "muon" muon_lr: 0.03 inner_min_lr_ratio: 0.7 outer_lr: 0.7 ef_beta: 0
-                         uplink_codec: "lloyd:bits=2,chunk=4096" downlink_codec: "lloyd:bits=2,chunk=4096")pb"},
+    {"muloco-2bit", "muloco",
+     R"pb(ef_beta: 0 uplink_codec: "lloyd:bits=2,chunk=4096" downlink_codec: "lloyd:bits=2,chunk=4096")pb"},
     // At most 1 bit per parameter up and 2 down: 1-bit Lloyd on a seeded 93% of each chunk up,
     // 2-bit on 95% down, vectors too. Its coarser codes want less outer momentum, a larger outer
     // lr and no uplink error feedback (ef_beta 0; the downlink keeps θ_true − θ_pub): the
@@ -60,17 +61,36 @@ constexpr Preset kPresets[] = {
     // 2.4750 / 2.4678 / 2.4674 / 2.4658 on 10 rounds and 2.0239 / - / 2.0031 / - / 1.9934 on 30
     // (dense MuLoCo 2.0004), with momentum 0.2 and lr 1.6. With the schedule's floor at 0.7 its
     // Muon lr is its own: 0.03 / 0.04 / 0.05 gave 2.3529 / 2.3163 / 2.3706 (stop 22).
-    {"muloco-1bit", R"pb(inner_optimizer: "muon" muon_lr: 0.04 inner_min_lr_ratio: 0.7 outer_lr: 1.6
-                         outer_momentum: 0.2 ef_beta: 0
-                         uplink_codec: "lloyd:bits=1,chunk=4096,keep=0.93,vectors=same"
-                         downlink_codec: "lloyd:bits=2,chunk=4096,keep=0.95,vectors=same")pb"},
+    {"muloco-1bit", "muloco",
+     R"pb(muon_lr: 0.04 outer_lr: 1.6 outer_momentum: 0.2 ef_beta: 0
+          uplink_codec: "lloyd:bits=1,chunk=4096,keep=0.93,vectors=same"
+          downlink_codec: "lloyd:bits=2,chunk=4096,keep=0.95,vectors=same")pb"},
     // Sign steps move |dW| = outer_lr x the inner schedule per coordinate, after the inner
     // optimizer's decoupled decay (run_server.cc); momentum lives in each worker's Muon.
     // lr 6e-3 by the sweep (3e-3 / 6e-3 / 1e-2: 2.2661 / 2.1668 / 2.2074).
-    {"signmuon", R"pb(mode: "signmuon" inner_optimizer: "muon" inner_steps: 1 total_rounds: 200 warmup_steps: 10
-                      uplink_codec: "sign:chunk=4096,vectors=same" downlink_codec: "quant:bits=2,chunk=4096"
-                      outer_lr: 6e-3 outer_momentum: 0.0 outer_nesterov: false eval_every: 20)pb"},
+    {"signmuon", nullptr,
+     R"pb(mode: "signmuon" inner_optimizer: "muon" inner_steps: 1 total_rounds: 200 warmup_steps: 10
+          uplink_codec: "sign:chunk=4096,vectors=same" downlink_codec: "quant:bits=2,chunk=4096"
+          outer_lr: 6e-3 outer_momentum: 0.0 outer_nesterov: false eval_every: 20)pb"},
 };
+
+const Preset* FindPreset(absl::string_view name) {
+  for (const Preset& p : kPresets) {
+    if (name == p.name) return &p;
+  }
+  return nullptr;
+}
+
+// kBase, then the presets `p` goes over, then its own fields; false when one does not parse.
+bool MergePreset(const Preset& p, v1::RunConfig* c) {
+  if (p.over) {
+    const Preset* over = FindPreset(p.over);
+    if (!over || !MergePreset(*over, c)) return false;
+  } else if (!google::protobuf::TextFormat::ParseFromString(kBase, c)) {
+    return false;
+  }
+  return google::protobuf::TextFormat::MergeFromString(p.fields, c);
+}
 
 }  // namespace
 
@@ -81,11 +101,9 @@ std::vector<std::string> PresetNames() {
 }
 
 absl::StatusOr<v1::RunConfig> PresetConfig(absl::string_view name) {
-  for (const Preset& p : kPresets) {
-    if (name != p.name) continue;
+  if (const Preset* p = FindPreset(name)) {
     v1::RunConfig c;
-    if (!google::protobuf::TextFormat::ParseFromString(kBase, &c) ||
-        !google::protobuf::TextFormat::MergeFromString(p.fields, &c)) {
+    if (!MergePreset(*p, &c)) {
       return absl::InternalError(absl::StrCat("preset ", name, " does not parse"));  // a bug: tests parse them all
     }
     c.set_preset(std::string(name));

@@ -16,9 +16,12 @@ namespace muloco {
 // Complete configurations, one per method, kept as text-format data in run_config.cc
 // (model and schedule are the demo's in each):
 //   diloco       AdamW inner, dense fp32 both ways, outer Nesterov SGD lr 0.7 momentum 0.6
-//   muloco       Muon inner (AdamW for embeddings, head, gains, biases), dense, outer 1.0 / 0.6
+//   muloco       Muon inner (AdamW for embeddings, head, gains, biases; Muon lr 0.03, cosine
+//                floor 0.7), dense, outer lr 0.7 / momentum 0.6
 //   muloco-2bit  muloco with 2-bit Lloyd-Max both ways, error feedback on the downlink only
 //                (ef_beta 0, by the frontier sweeps) (default)
+//   muloco-1bit  muloco within 1 bit per parameter up and 2 down (Muon lr 0.04, outer lr 1.6 /
+//                momentum 0.2)
 //   signmuon     H = 1: each worker sends the signs of its Muon direction (1 bit per
 //                parameter); the server applies the majority vote W <- W - outer_lr * V
 inline constexpr char kDefaultPreset[] = "muloco-2bit";
