@@ -10,7 +10,7 @@ against an independent computation of the wire format (common/codec.h) from the 
 and the model's tensor shapes: a mismatch fails the run.
 
   bench/frontier.py [--build build] [--out bench/results] [--workers 4] [--rounds 10]
-                    [--inner_steps 20] [--methods a,b,...] [--vary FLAG=V1,V2] [--smoke]
+                    [--inner_steps 20] [--methods a,b,...] [--vary FLAG=V1,V2] [--seeds N] [--smoke]
                     [-- extra server flags for every method]
 
 Writes OUT/frontier.txt (the table), OUT/frontier.csv (one row per method),
@@ -18,6 +18,11 @@ OUT/frontier_curves.csv (validation loss per evaluation with cumulative bytes) a
 gnuplot is installed, OUT/frontier_bytes.png and OUT/frontier_rounds.png. --smoke runs every
 method for a few tiny rounds (the test suite's check: finite losses, exact bytes). --vary
 runs a sweep: `--methods muloco --vary muon_weight_decay=0,0.01,0.1` trains one row per value.
+--seeds N trains every row N times, each with another initial model and data order, and
+reports the mean final loss with its sample standard deviation (sd) and every seed's value:
+compressed rows move by a few tenths of a percent from run to run (which worker's payload
+arrives first changes float sums in the last bit, and a 1- or 2-bit code turns that into
+other codes), so a gap smaller than about 1% needs several seeds to be read.
 """
 import argparse
 import csv
@@ -25,6 +30,7 @@ import math
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -190,6 +196,16 @@ def run_method(a, name, flags, logdir):
                 h=1 if steps else a.inner_steps)
 
 
+def seed_flags(seed):
+    """Seed 0 is the presets' own (init_seed 1234, data_seed 1); seed s > 0 draws another
+    initial model and other data orders (each worker adds its join index to data_seed)."""
+    return [f"--init_seed={1234 + seed}", f"--data_seed={1 + 1000 * seed}"] if seed else []
+
+
+def sd_text(sd):
+    return f"{sd:6.4f}" if math.isfinite(sd) else f"{'-':>6s}"
+
+
 def config_value(config, key):
     m = re.search(rf"\b{key}=(\S+)", config)
     return m[1] if m else None
@@ -250,6 +266,8 @@ def main():
     p.add_argument("--eval_batches", type=int, default=8)
     p.add_argument("--methods", default=",".join(m[0] for m in METHODS))
     p.add_argument("--timeout", type=float, default=1200, help="seconds per process")
+    p.add_argument("--seeds", type=int, default=1,
+                   help="runs per method, each with its own initial model and data order; the table gives their mean")
     p.add_argument("--smoke", action="store_true", help="every method, 2 workers, 2 rounds of 2 steps")
     p.add_argument("--logs", default=None, help="keep the processes' logs here (default: a temporary folder)")
     p.add_argument("--vary", action="append", default=[], metavar="FLAG=V1,V2",
@@ -274,30 +292,40 @@ def main():
           flush=True)
     rows, curves = [], []
     for name, label, flags in chosen:
-        r = run_method(a, name, flags, os.path.join(logs, name))
-        model = re.search(r"GPT\(vocab (\d+), layers (\d+), heads \d+, d (\d+), ctx (\d+)\)", r["config"])
-        shapes = tensor_shapes(*(int(g) for g in model.groups())) if model else []
-        up, down, up_spec, down_spec = check_bytes(name, r, shapes)
-        losses = [v for _, v in r["evals"]]
-        if not losses or not all(math.isfinite(v) for v in losses):
-            raise RuntimeError(f"{name}: validation losses {losses}")
+        runs = []
+        for seed in range(a.seeds):
+            r = run_method(a, name, flags + seed_flags(seed), os.path.join(logs, name + (f"@seed{seed}" if seed else "")))
+            model = re.search(r"GPT\(vocab (\d+), layers (\d+), heads \d+, d (\d+), ctx (\d+)\)", r["config"])
+            shapes = tensor_shapes(*(int(g) for g in model.groups())) if model else []
+            r["up"], r["down"], r["up_spec"], r["down_spec"] = check_bytes(name, r, shapes)
+            losses = [v for _, v in r["evals"]]
+            if not losses or not all(math.isfinite(v) for v in losses):
+                raise RuntimeError(f"{name}: validation losses {losses}")
+            runs.append(r)
+        r, up, down = runs[0], runs[0]["up"], runs[0]["down"]
+        # The seeds' mean at every evaluation (every run evaluates at the same rounds).
+        evals = [(rnd, statistics.fmean(run["evals"][i][1] for run in runs)) for i, (rnd, _) in enumerate(r["evals"])]
+        finals = [run["evals"][-1][1] for run in runs]
         n_payloads = len(r["rounds"])
-        for rnd, val in r["evals"]:  # every round's payloads are (up, down) bytes: checked above
+        for rnd, val in evals:  # every round's payloads are (up, down) bytes: checked above
             curves.append(dict(method=name, round=rnd, steps=rnd * r["h"], payloads=rnd, bytes=rnd * (up + down),
                                val_loss=val))
-        rows.append(dict(method=name, label=label, final_val_loss=losses[-1], start_val_loss=losses[0],
+        rows.append(dict(method=name, label=label, final_val_loss=evals[-1][1], start_val_loss=evals[0][1],
+                         sd=statistics.stdev(finals) if len(finals) > 1 else float("nan"),
+                         seeds="/".join(f"{v:.4f}" for v in finals),
                          bits_up=8 * up / r["params"], bits_down=8 * down / r["params"], payloads=n_payloads,
-                         bytes_up=up * n_payloads, bytes_down=down * n_payloads, wall_s=r["wall"], up_codec=up_spec,
-                         down_codec=down_spec, params=r["params"]))
-        print(f"  {name:13s} val {losses[-1]:.4f}  up {8 * up / r['params']:.3f} / down {8 * down / r['params']:.3f}"
-              f" bits/param  {r['wall']:.0f} s", flush=True)
+                         bytes_up=up * n_payloads, bytes_down=down * n_payloads,
+                         wall_s=statistics.fmean(run["wall"] for run in runs), up_codec=r["up_spec"],
+                         down_codec=r["down_spec"], params=r["params"]))
+        print(f"  {name:13s} val {evals[-1][1]:.4f} ({rows[-1]['seeds']})  up {8 * up / r['params']:.3f} / "
+              f"down {8 * down / r['params']:.3f} bits/param  {rows[-1]['wall_s']:.0f} s", flush=True)
     ref = next((r for r in rows if r["method"] == "diloco"), None)
     for r in rows:
         total = r["bytes_up"] + r["bytes_down"]
         r["x_smaller_than_diloco"] = (ref["bytes_up"] + ref["bytes_down"]) / total if ref else float("nan")
         r["vs_muloco_dense"] = next((r["final_val_loss"] / m["final_val_loss"] - 1 for m in rows
                                      if m["method"] == "muloco"), float("nan"))
-    fields = ["method", "label", "final_val_loss", "vs_muloco_dense", "bits_up", "bits_down", "payloads", "bytes_up",
+    fields = ["method", "label", "final_val_loss", "sd", "seeds", "vs_muloco_dense", "bits_up", "bits_down", "payloads", "bytes_up",
               "bytes_down", "x_smaller_than_diloco", "wall_s", "up_codec", "down_codec", "params", "start_val_loss"]
     with open(os.path.join(a.out, "frontier.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
@@ -312,14 +340,15 @@ def main():
             f"({rows[0]['params'] if rows else 0} parameters); bits per parameter per payload, headers and tables included")
     width = max([13] + [len(r["method"]) for r in rows])
     lines = [head, "",
-             f"{'method':{width}s} {'final val':>9s} {'vs MuLoCo':>9s} {'bits up':>8s} {'bits down':>9s} {'payloads':>8s} "
+             f"{'method':{width}s} {'final val':>9s} {'sd':>6s} {'vs MuLoCo':>9s} {'bits up':>8s} {'bits down':>9s} {'payloads':>8s} "
              f"{'MB/worker':>9s} {'x fewer':>8s} {'wall s':>7s}  label"]
     for r in rows:
-        lines.append(f"{r['method']:{width}s} {r['final_val_loss']:9.4f} {100 * r['vs_muloco_dense']:+8.1f}% {r['bits_up']:8.3f} "
+        lines.append(f"{r['method']:{width}s} {r['final_val_loss']:9.4f} {sd_text(r['sd'])} {100 * r['vs_muloco_dense']:+8.1f}% {r['bits_up']:8.3f} "
                      f"{r['bits_down']:9.3f} {r['payloads']:8d} {(r['bytes_up'] + r['bytes_down']) / 1e6:9.2f} "
                      f"{r['x_smaller_than_diloco']:8.1f} {r['wall_s']:7.0f}  {r['label']}")
     lines += ["", "x fewer: total bytes up + down per worker, DiLoCo dense over this method's; "
-              "vs MuLoCo: final validation loss against MuLoCo dense"]
+              "vs MuLoCo: final validation loss against MuLoCo dense; "
+              f"final val: the mean of {a.seeds} seed(s), sd their sample standard deviation"]
     table = "\n".join(lines)
     with open(os.path.join(a.out, "frontier.txt"), "w") as f:
         f.write(table + "\n")

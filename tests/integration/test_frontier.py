@@ -1,7 +1,8 @@
-"""The frontier benchmark's smoke variant (bench/frontier.py --smoke): every method runs with
-real server and worker processes for two tiny rounds; losses are finite and fall, every
-payload a worker logged has the size an independent computation of the wire format gives
-(the script fails otherwise), and the table, CSVs and plots are written."""
+"""The frontier benchmark's smoke variant (bench/frontier.py --smoke --seeds 2): every method
+runs with real server and worker processes for two tiny rounds, once per seed; losses are
+finite and fall, every payload a worker logged has the size an independent computation of
+the wire format gives (the script fails otherwise), each row's loss is the mean of its two
+seeds, which start from different models, and the table, CSVs and plots are written."""
 import csv
 import math
 import os
@@ -44,7 +45,7 @@ class Frontier(unittest.TestCase):
     def test_every_method_runs_and_its_bytes_are_exact(self):
         out = tempfile.mkdtemp(prefix="muloco_frontier_test_")
         try:
-            r = subprocess.run([sys.executable, FRONTIER, "--smoke", f"--build={BUILD}", f"--out={out}",
+            r = subprocess.run([sys.executable, FRONTIER, "--smoke", "--seeds=2", f"--build={BUILD}", f"--out={out}",
                                 f"--logs={os.path.join(out, 'logs')}"], capture_output=True, text=True, timeout=500)
             self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
             with open(os.path.join(out, "frontier.csv")) as f:
@@ -54,6 +55,10 @@ class Frontier(unittest.TestCase):
                 final, start = float(row["final_val_loss"]), float(row["start_val_loss"])
                 self.assertTrue(math.isfinite(final), name)
                 self.assertLess(final, start, name)
+                seeds = [float(v) for v in row["seeds"].split("/")]
+                self.assertEqual(len(seeds), 2, name)
+                self.assertAlmostEqual(final, sum(seeds) / 2, delta=1e-4, msg=name)
+                self.assertNotEqual(seeds[0], seeds[1], name)  # another initial model and data order
                 params = int(row["params"])
                 up = frontier.payload_bytes(row["up_codec"], frontier.tensor_shapes(256, 2, 64, 64))
                 self.assertEqual(int(row["bytes_up"]), up * int(row["payloads"]), name)
