@@ -275,6 +275,8 @@ def main():
                         "(on ';' for the *_codec flags); repeatable: every combination")
     p.add_argument("extra", nargs="*", help="server flags added to every method (after --)")
     a = p.parse_args()
+    if a.seeds < 1:
+        p.error("--seeds must be at least 1")
     if a.smoke:
         a.workers, a.rounds, a.inner_steps, a.warmup_steps, a.eval_batches = 2, 2, 2, 1, 1
     known = {m[0]: m for m in METHODS}
@@ -312,7 +314,7 @@ def main():
                                val_loss=val))
         rows.append(dict(method=name, label=label, final_val_loss=evals[-1][1], start_val_loss=evals[0][1],
                          sd=statistics.stdev(finals) if len(finals) > 1 else float("nan"),
-                         seeds="/".join(f"{v:.4f}" for v in finals),
+                         seeds="/".join(f"{v:.4f}" for v in finals), finals=finals,
                          bits_up=8 * up / r["params"], bits_down=8 * down / r["params"], payloads=n_payloads,
                          bytes_up=up * n_payloads, bytes_down=down * n_payloads,
                          wall_s=statistics.fmean(run["wall"] for run in runs), up_codec=r["up_spec"],
@@ -323,12 +325,15 @@ def main():
     for r in rows:
         total = r["bytes_up"] + r["bytes_down"]
         r["x_smaller_than_diloco"] = (ref["bytes_up"] + ref["bytes_down"]) / total if ref else float("nan")
-        r["vs_muloco_dense"] = next((r["final_val_loss"] / m["final_val_loss"] - 1 for m in rows
-                                     if m["method"] == "muloco"), float("nan"))
-    fields = ["method", "label", "final_val_loss", "sd", "seeds", "vs_muloco_dense", "bits_up", "bits_down", "payloads", "bytes_up",
+        dense = next((m for m in rows if m["method"] == "muloco"), None)
+        r["vs_muloco_dense"] = r["final_val_loss"] / dense["final_val_loss"] - 1 if dense else float("nan")
+        # Each seed against dense MuLoCo's run of the same seed (same initial model and data).
+        r["vs_muloco_per_seed"] = "/".join(f"{100 * (v / d - 1):+.2f}%" for v, d in zip(r["finals"], dense["finals"])) \
+            if dense else ""
+    fields = ["method", "label", "final_val_loss", "sd", "seeds", "vs_muloco_dense", "vs_muloco_per_seed", "bits_up", "bits_down", "payloads", "bytes_up",
               "bytes_down", "x_smaller_than_diloco", "wall_s", "up_codec", "down_codec", "params", "start_val_loss"]
     with open(os.path.join(a.out, "frontier.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
     curves_csv = os.path.join(a.out, "frontier_curves.csv")
@@ -346,6 +351,9 @@ def main():
         lines.append(f"{r['method']:{width}s} {r['final_val_loss']:9.4f} {sd_text(r['sd'])} {100 * r['vs_muloco_dense']:+8.1f}% {r['bits_up']:8.3f} "
                      f"{r['bits_down']:9.3f} {r['payloads']:8d} {(r['bytes_up'] + r['bytes_down']) / 1e6:9.2f} "
                      f"{r['x_smaller_than_diloco']:8.1f} {r['wall_s']:7.0f}  {r['label']}")
+    if a.seeds > 1:
+        lines += ["", "each seed against MuLoCo dense's run of the same seed:"]
+        lines += [f"  {r['method']:{width}s} {r['vs_muloco_per_seed']}" for r in rows if r["vs_muloco_per_seed"]]
     lines += ["", "x fewer: total bytes up + down per worker, DiLoCo dense over this method's; "
               "vs MuLoCo: final validation loss against MuLoCo dense; "
               f"final val: the mean of {a.seeds} seed(s), sd their sample standard deviation"]

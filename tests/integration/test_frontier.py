@@ -59,6 +59,10 @@ class Frontier(unittest.TestCase):
                 self.assertEqual(len(seeds), 2, name)
                 self.assertAlmostEqual(final, sum(seeds) / 2, delta=1e-4, msg=name)
                 self.assertNotEqual(seeds[0], seeds[1], name)  # another initial model and data order
+                dense = [float(v) for v in rows["muloco"]["seeds"].split("/")]
+                gaps = [float(g.rstrip("%")) for g in row["vs_muloco_per_seed"].split("/")]
+                for gap, v, d in zip(gaps, seeds, dense):  # paired: each seed against dense's same seed
+                    self.assertAlmostEqual(gap, 100 * (v / d - 1), delta=0.006, msg=name)
                 params = int(row["params"])
                 up = frontier.payload_bytes(row["up_codec"], frontier.tensor_shapes(256, 2, 64, 64))
                 self.assertEqual(int(row["bytes_up"]), up * int(row["payloads"]), name)
