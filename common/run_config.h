@@ -15,7 +15,8 @@ namespace muloco {
 
 // Complete configurations, one per method, kept as text-format data in run_config.cc
 // (model and schedule are the demo's in each):
-//   diloco       AdamW inner, dense fp32 both ways, outer Nesterov SGD lr 0.7 momentum 0.6
+//   diloco       AdamW inner (constant lr after warmup), dense fp32 both ways, outer Nesterov
+//                SGD lr 0.7 momentum 0.6
 //   muloco       Muon inner (AdamW for embeddings, head, gains, biases; Muon lr 0.03, cosine
 //                floor 0.7), dense, outer lr 0.7 / momentum 0.6
 //   muloco-2bit  muloco with 2-bit Lloyd-Max both ways, error feedback on the downlink only
