@@ -277,6 +277,9 @@ def main():
     a = p.parse_args()
     if a.seeds < 1:
         p.error("--seeds must be at least 1")
+    seeded = [f for f in a.extra + [v.partition("=")[0] for v in a.vary] if re.match(r"-*(init_seed|data_seed)\b", f)]
+    if a.seeds > 1 and seeded:
+        p.error(f"--seeds sets init_seed and data_seed itself; drop {seeded}")
     if a.smoke:
         a.workers, a.rounds, a.inner_steps, a.warmup_steps, a.eval_batches = 2, 2, 2, 1, 1
     known = {m[0]: m for m in METHODS}
@@ -305,6 +308,8 @@ def main():
                 raise RuntimeError(f"{name}: validation losses {losses}")
             runs.append(r)
         r, up, down = runs[0], runs[0]["up"], runs[0]["down"]
+        if any([e[0] for e in run["evals"]] != [e[0] for e in r["evals"]] for run in runs):
+            raise RuntimeError(f"{name}: the seeds evaluated at different rounds")
         # The seeds' mean at every evaluation (every run evaluates at the same rounds).
         evals = [(rnd, statistics.fmean(run["evals"][i][1] for run in runs)) for i, (rnd, _) in enumerate(r["evals"])]
         finals = [run["evals"][-1][1] for run in runs]
@@ -322,10 +327,10 @@ def main():
         print(f"  {name:13s} val {evals[-1][1]:.4f} ({rows[-1]['seeds']})  up {8 * up / r['params']:.3f} / "
               f"down {8 * down / r['params']:.3f} bits/param  {rows[-1]['wall_s']:.0f} s", flush=True)
     ref = next((r for r in rows if r["method"] == "diloco"), None)
+    dense = next((m for m in rows if m["method"] == "muloco"), None)
     for r in rows:
         total = r["bytes_up"] + r["bytes_down"]
         r["x_smaller_than_diloco"] = (ref["bytes_up"] + ref["bytes_down"]) / total if ref else float("nan")
-        dense = next((m for m in rows if m["method"] == "muloco"), None)
         r["vs_muloco_dense"] = r["final_val_loss"] / dense["final_val_loss"] - 1 if dense else float("nan")
         # Each seed against dense MuLoCo's run of the same seed (same initial model and data).
         r["vs_muloco_per_seed"] = "/".join(f"{100 * (v / d - 1):+.2f}%" for v, d in zip(r["finals"], dense["finals"])) \
@@ -351,7 +356,7 @@ def main():
         lines.append(f"{r['method']:{width}s} {r['final_val_loss']:9.4f} {sd_text(r['sd'])} {100 * r['vs_muloco_dense']:+8.1f}% {r['bits_up']:8.3f} "
                      f"{r['bits_down']:9.3f} {r['payloads']:8d} {(r['bytes_up'] + r['bytes_down']) / 1e6:9.2f} "
                      f"{r['x_smaller_than_diloco']:8.1f} {r['wall_s']:7.0f}  {r['label']}")
-    if a.seeds > 1:
+    if a.seeds > 1 and dense:
         lines += ["", "each seed against MuLoCo dense's run of the same seed:"]
         lines += [f"  {r['method']:{width}s} {r['vs_muloco_per_seed']}" for r in rows if r["vs_muloco_per_seed"]]
     lines += ["", "x fewer: total bytes up + down per worker, DiLoCo dense over this method's; "

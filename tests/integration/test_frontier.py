@@ -61,6 +61,7 @@ class Frontier(unittest.TestCase):
                 self.assertNotEqual(seeds[0], seeds[1], name)  # another initial model and data order
                 dense = [float(v) for v in rows["muloco"]["seeds"].split("/")]
                 gaps = [float(g.rstrip("%")) for g in row["vs_muloco_per_seed"].split("/")]
+                self.assertEqual(len(gaps), 2, name)
                 for gap, v, d in zip(gaps, seeds, dense):  # paired: each seed against dense's same seed
                     self.assertAlmostEqual(gap, 100 * (v / d - 1), delta=0.006, msg=name)
                 params = int(row["params"])

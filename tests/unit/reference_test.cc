@@ -95,6 +95,7 @@ TEST(Reference, GptInnerAdamWStepsMatchTorch) {
   c.set_total_rounds(2);
   c.set_warmup_steps(3);
   c.set_inner_lr(1e-2f);
+  c.set_inner_min_lr_ratio(0.1f);  // a decaying cosine (the preset's inner lr is constant)
   c.set_grad_clip(0.5f);  // small enough that clipping is active
   const size_t steps = 8;
   const ParamLayout layout = GptLayout(*m);
