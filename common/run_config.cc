@@ -39,7 +39,10 @@ struct Preset {
 constexpr Preset kPresets[] = {
     // Outer momentum 0.6, not the DiLoCo paper's 0.9 (at H = 500): on this model 0.9 overshoots
     // after the first round, and the frontier sweep (bench/README.md) gave 2.5885 / 2.5738 /
-    // 2.5589 for 0.9 / 0.8 / 0.6 (with the cosine floor 0.1 of the time; not re-swept since). Muon's weight decay is 0 by the same sweep (MuLoCo: 1e-4).
+    // 2.5589 for 0.9 / 0.8 / 0.6 (with the cosine floor 0.1 of the time; at floor 1.0 momentum
+    // 0.4 / 0.6 / 0.8 gave 2.5111 / 2.5050 / 2.4988, within the seeds' spread, and outer lr
+    // 0.5 / 0.7 / 1.0 2.5238 / 2.5050 / 2.5393). Muon's weight decay is 0 by the same sweep
+    // (MuLoCo: 1e-4).
     // A constant inner lr after warmup (floor 1.0) by the stop-23 sweep: cosine floors 0.1 /
     // 0.7 / 1.0 gave 2.5589 / 2.5163 / 2.5050 on 10 rounds and 2.2345 / 2.1767 / 2.1711 on 30;
     // inner lr 2e-3 and 5e-3 were worse, at floors 0.7 and 1.0.
