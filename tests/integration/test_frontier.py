@@ -51,6 +51,7 @@ class Frontier(unittest.TestCase):
             with open(os.path.join(out, "frontier.csv")) as f:
                 rows = {row["method"]: row for row in csv.DictReader(f)}
             self.assertEqual(set(rows), {m[0] for m in frontier.METHODS})
+            dense = [float(v) for v in rows["muloco"]["seeds"].split("/")]  # each row's seeds are paired with these
             for name, row in rows.items():
                 final, start = float(row["final_val_loss"]), float(row["start_val_loss"])
                 self.assertTrue(math.isfinite(final), name)
@@ -59,7 +60,6 @@ class Frontier(unittest.TestCase):
                 self.assertEqual(len(seeds), 2, name)
                 self.assertAlmostEqual(final, sum(seeds) / 2, delta=1e-4, msg=name)
                 self.assertNotEqual(seeds[0], seeds[1], name)  # another initial model and data order
-                dense = [float(v) for v in rows["muloco"]["seeds"].split("/")]
                 gaps = [float(g.rstrip("%")) for g in row["vs_muloco_per_seed"].split("/")]
                 self.assertEqual(len(gaps), 2, name)
                 for gap, v, d in zip(gaps, seeds, dense):  # paired: each seed against dense's same seed
