@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "common/checksum.h"
 #include "common/codec_schemes.h"
+#include "common/parallel.h"
 #include "kernels/sign.h"
 
 namespace muloco {
@@ -43,28 +44,6 @@ absl::Status CheckSegment(const Segment& s) {
   if (s.numel > kMaxNumel) return codec_internal::BadSegment(s, "too many elements");
   if (s.rows < 1 || s.numel % s.rows != 0) return codec_internal::BadSegment(s, "rows do not divide the element count");
   return ops->check(s);
-}
-
-// Runs fn(first, last) over contiguous ranges of units (unit i spans elements
-// [offset[i], offset[i + 1])) holding about equal elements, one range per thread, on up to
-// `threads` threads (the caller's thread when one).
-void ParallelUnits(const std::vector<uint64_t>& offset, int threads, const std::function<void(size_t, size_t)>& fn) {
-  const size_t units = offset.size() - 1;
-  const size_t workers = std::max<size_t>(1, std::min<size_t>(std::max(threads, 1), units));
-  if (workers == 1) return fn(0, units);
-  std::vector<size_t> cut{0};
-  for (size_t t = 1; t < workers; ++t) {
-    const uint64_t target = offset.back() * t / workers;
-    size_t u = cut.back();
-    while (u < units && offset[u + 1] <= target) ++u;
-    cut.push_back(u);
-  }
-  cut.push_back(units);
-  std::vector<std::thread> pool;
-  for (size_t t = 0; t + 1 < cut.size(); ++t) {
-    if (cut[t] < cut[t + 1]) pool.emplace_back(fn, cut[t], cut[t + 1]);
-  }
-  for (std::thread& th : pool) th.join();
 }
 
 // Validates (sum null) or decodes-accumulates one segment's data (codec_schemes.h).
@@ -340,6 +319,34 @@ void SumPayloads(const std::vector<WeightedPayload>& payloads, size_t expected_e
     }
   };
   ParallelUnits(offset, threads, run);
+}
+
+absl::StatusOr<PayloadSegments> PayloadSegments::Of(absl::string_view payload, size_t expected_elements) {
+  absl::StatusOr<Parsed> p = Parse(payload, expected_elements);
+  if (!p.ok()) return p.status();
+  PayloadSegments out;
+  out.segments_ = std::move(p->segments);
+  out.data_ = std::move(p->data);
+  out.offset_.push_back(0);
+  for (const Segment& s : out.segments_) out.offset_.push_back(out.offset_.back() + s.numel);
+  return out;
+}
+
+void PayloadSegments::DecodeRange(uint64_t first, uint64_t count, float* out) const {
+  const uint64_t last = first + count;
+  // The first segment ending after `first`, then every segment overlapping the range.
+  size_t i = std::upper_bound(offset_.begin(), offset_.end(), first) - offset_.begin() - 1;
+  std::vector<float> part;  // a segment straddling the range's ends, decoded whole
+  for (; i < segments_.size() && offset_[i] < last; ++i) {
+    const uint64_t lo = offset_[i], hi = offset_[i + 1];
+    if (lo >= first && hi <= last) {
+      Decode(segments_[i], data_[i], out + (lo - first)).IgnoreError();  // validated (REQUIRES)
+      continue;
+    }
+    part.assign(segments_[i].numel, 0.0f);
+    Decode(segments_[i], data_[i], part.data()).IgnoreError();
+    for (uint64_t j = std::max(lo, first); j < std::min(hi, last); ++j) out[j - first] += part[j - lo];
+  }
 }
 
 absl::Status CheckPlan(absl::string_view payload, const std::vector<Segment>& plan) {

@@ -145,6 +145,24 @@ struct WeightedPayload {
 // REQUIRES: every payload passed DecodeAccumulate's validation (e.g. DecodedNorm).
 void SumPayloads(const std::vector<WeightedPayload>& payloads, size_t expected_elements, float* sum, int threads);
 
+// A validated payload's segments, located once, so that any range of the model can be
+// decoded on its own (the server's screening works tensor by tensor, holding one tensor of
+// every update instead of whole models). Views `payload`: it must outlive this object.
+class PayloadSegments {
+ public:
+  // Frames the payload (header, table, checksum; INVALID_ARGUMENT as DecodeAccumulate).
+  // REQUIRES for DecodeRange: the payload passed DecodeAccumulate's validation (e.g.
+  // DecodedNorm), which this does not repeat.
+  static absl::StatusOr<PayloadSegments> Of(absl::string_view payload, size_t expected_elements);
+  // out[0, count) += decoded elements [first, first + count). REQUIRES: first + count <= n.
+  void DecodeRange(uint64_t first, uint64_t count, float* out) const;
+
+ private:
+  std::vector<Segment> segments_;
+  std::vector<const char*> data_;
+  std::vector<uint64_t> offset_;  // element offset of each segment, then the total
+};
+
 // OK when the payload is well framed and its segment table is exactly `plan` (the run's
 // codec); INVALID_ARGUMENT otherwise. Checks framing only: DecodeAccumulate still validates
 // the data.

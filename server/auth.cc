@@ -11,6 +11,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/file_io.h"
@@ -51,20 +53,35 @@ bool SameSecret(absl::string_view a, absl::string_view b) {
 
 }  // namespace
 
-absl::StatusOr<std::map<std::string, std::string>> ParseTokenFile(absl::string_view text) {
+absl::StatusOr<std::map<std::string, std::string>> ParseTokenFile(absl::string_view text,
+                                                                 std::map<std::string, float>* weights) {
   std::map<std::string, std::string> tokens;
+  std::map<std::string, float> weight_of;
   int line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line[0] == '#') continue;
     std::vector<absl::string_view> f = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
-    if (f.size() != 2) return absl::InvalidArgumentError(absl::StrCat("line ", line_no, ": want LABEL TOKEN"));
+    float weight = 1;
+    if (f.size() == 3 && absl::ConsumePrefix(&f[2], "weight=")) {
+      if (!absl::SimpleAtof(f[2], &weight) || !(weight > 0) || !(weight <= 1000)) {
+        return absl::InvalidArgumentError(absl::StrCat("line ", line_no, ": weight must be in (0, 1000]"));
+      }
+      f.pop_back();
+    }
+    if (f.size() != 2) return absl::InvalidArgumentError(absl::StrCat("line ", line_no, ": want LABEL TOKEN [weight=W]"));
     if (f[1].size() < 16) return absl::InvalidArgumentError(absl::StrCat("line ", line_no, ": token shorter than 16 characters"));
-    if (!tokens.emplace(std::string(f[1]), SafeName(std::string(f[0]))).second) {
+    const std::string label = SafeName(std::string(f[0]));
+    if (!tokens.emplace(std::string(f[1]), label).second) {
       return absl::InvalidArgumentError(absl::StrCat("line ", line_no, ": token listed twice"));
     }
+    auto [it, fresh] = weight_of.emplace(label, weight);
+    if (!fresh && it->second != weight) {
+      return absl::InvalidArgumentError(absl::StrCat("line ", line_no, ": label ", label, " given two weights"));
+    }
   }
+  if (weights != nullptr) *weights = std::move(weight_of);
   return tokens;
 }
 
@@ -103,8 +120,9 @@ absl::Status Auth::Reload(bool force) {
     file_mtime_ns_ = -1;  // caught mid-write: read it again next time
     return absl::UnavailableError(absl::StrCat("token file ", path, " changed while being read; retrying"));
   }
+  std::map<std::string, float> weights;
   absl::StatusOr<std::map<std::string, std::string>> parsed =
-      text.ok() ? ParseTokenFile(*text) : absl::StatusOr<std::map<std::string, std::string>>(text.status());
+      text.ok() ? ParseTokenFile(*text, &weights) : absl::StatusOr<std::map<std::string, std::string>>(text.status());
   if (parsed.ok() && parsed->empty() && !options_.open_join) {
     // Most likely a file caught truncated; revoking everyone takes a restart instead.
     parsed = absl::InvalidArgumentError("no tokens in it (without --open_join nobody could join)");
@@ -116,6 +134,7 @@ absl::Status Auth::Reload(bool force) {
   }
   const bool first = stats_.token_reloads++ == 0;
   tokens_ = *std::move(parsed);
+  weights_ = std::move(weights);
   Logf("server", "%s %zu join tokens from %s", first ? "loaded" : "reloaded", tokens_.size(), path.c_str());
   return absl::OkStatus();
 }
@@ -145,7 +164,7 @@ absl::StatusOr<std::string> Auth::Admit(const std::string& token) {
   for (const auto& [id, s] : sessions_) of_token += s.token == token;
   std::deque<double>& token_joins = token_joins_[token];
   const char* limit = sessions_.size() + reserved_total_ >= options_.max_workers ? "live workers"
-                      : of_token >= options_.max_workers_per_token      ? "live workers of this token"
+                      : !token.empty() && of_token >= options_.max_workers_per_token ? "live workers of this token"
                       : !RateOk(&joins_, options_.max_joins_per_minute, now) ? "joins per minute"
                       : !RateOk(&token_joins, options_.max_joins_per_token_per_minute, now)
                           ? "joins per minute of this token"
@@ -233,6 +252,12 @@ absl::Status Auth::CountPush(uint64_t worker_id, uint64_t round) {
                                                      " pushes for round ", round));
   }
   return absl::OkStatus();
+}
+
+float Auth::WeightOf(const std::string& label) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = weights_.find(label);
+  return it == weights_.end() ? 1.0f : it->second;
 }
 
 AuthStats Auth::Stats() const {

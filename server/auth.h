@@ -1,5 +1,7 @@
 // Who may join and who a call speaks for; the gRPC service asks, the round engine never
-// sees any of it. Join tokens come from a file (one "LABEL TOKEN" per line, '#' comments),
+// sees any of it. Join tokens come from a file (one "LABEL TOKEN [weight=W]" per line, '#'
+// comments; tokens that share a label are one volunteer, whose weight in the mean is W,
+// default 1: a trusted site may count more),
 // reloaded when it changes or on SIGHUP; a token removed from the file is revoked, and the
 // workers that joined with it are refused at their next call. Each admitted worker gets a
 // session: a 128-bit random key that every later call must present with its id.
@@ -26,7 +28,7 @@ struct AuthOptions {
   std::string token_file;                    // "LABEL TOKEN" lines; empty: open joins (needs open_join)
   bool open_join = false;                    // anyone may join, without a token (public runs)
   size_t max_workers = 1024;                 // live sessions in all
-  size_t max_workers_per_token = 64;         // live sessions per token (open join: all count as one token)
+  size_t max_workers_per_token = 1;          // live sessions per token (open joins: only max_workers)
   size_t max_joins_per_minute = 600;         // admissions in all, over any 60 s
   size_t max_joins_per_token_per_minute = 60;
   size_t max_streams_per_worker = 4;         // streaming calls in flight per worker
@@ -40,8 +42,10 @@ struct AuthStats {
   size_t sessions = 0, tokens = 0;
 };
 
-// Parses a token file's text into token -> label. Tokens must be at least 16 characters.
-absl::StatusOr<std::map<std::string, std::string>> ParseTokenFile(absl::string_view text);
+// Parses a token file's text into token -> label, and (when `weights` is given) label ->
+// weight. Tokens must be at least 16 characters; a label's lines must agree on its weight.
+absl::StatusOr<std::map<std::string, std::string>> ParseTokenFile(absl::string_view text,
+                                                                 std::map<std::string, float>* weights = nullptr);
 
 class Auth {
  public:
@@ -90,6 +94,9 @@ class Auth {
   // Counts a push attempt for `round`; RESOURCE_EXHAUSTED past max_push_attempts_per_round.
   absl::Status CountPush(uint64_t worker_id, uint64_t round);
 
+  // A label's weight in the mean (1 for unknown labels and open joins).
+  float WeightOf(const std::string& label) const;
+
   AuthStats Stats() const;
 
  private:
@@ -106,6 +113,7 @@ class Auth {
   const Clock* const clock_;
   mutable std::mutex mu_;
   std::map<std::string, std::string> tokens_;          // guarded by mu_; token -> label
+  std::map<std::string, float> weights_;               // guarded by mu_; label -> weight
   int64_t file_mtime_ns_ = -1, file_size_ = -1;       // guarded by mu_
   std::map<uint64_t, Session> sessions_;               // guarded by mu_
   std::deque<double> joins_;                           // guarded by mu_; admission times, last minute

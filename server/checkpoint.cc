@@ -18,7 +18,7 @@ namespace muloco {
 namespace {
 
 constexpr char kMagic[4] = {'M', 'L', 'C', 'K'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 1: without the join counter (read as 0)
 constexpr uint64_t kSeed = 0x636b7074ULL;
 
 void Put(std::string& out, const void* p, size_t n) { out.append(static_cast<const char*>(p), n); }
@@ -70,6 +70,7 @@ std::string SerializeCheckpoint(const ServerState& s) {
   Put(out, kMagic, 4);
   PutScalar<uint32_t>(out, kVersion);
   PutScalar<uint64_t>(out, s.open_round);
+  PutScalar<uint64_t>(out, s.joins);
   const std::string config = s.config.SerializeAsString();
   PutScalar<uint64_t>(out, config.size());
   out += config;
@@ -92,8 +93,8 @@ absl::StatusOr<ServerState> ParseCheckpoint(const std::string& bytes) {
   uint64_t config_len;
   ServerState s;
   if (!r.Take(magic, 4) || std::memcmp(magic, kMagic, 4) != 0) return bad("bad magic");
-  if (!r.Scalar(&version) || version != kVersion) return bad(absl::StrCat("unsupported version ", version));
-  if (!r.Scalar(&s.open_round) || !r.Scalar(&config_len) || config_len > bytes.size() - r.pos) return bad("bad header");
+  if (!r.Scalar(&version) || version < 1 || version > kVersion) return bad(absl::StrCat("unsupported version ", version));
+  if (!r.Scalar(&s.open_round) || (version >= 2 && !r.Scalar(&s.joins)) || !r.Scalar(&config_len) || config_len > bytes.size() - r.pos) return bad("bad header");
   if (!s.config.ParseFromArray(bytes.data() + r.pos, static_cast<int>(config_len))) return bad("bad run config");
   r.pos += config_len;
   if (!r.Floats(&s.theta_true)) return bad("bad parameters");

@@ -31,13 +31,16 @@ ABSL_FLAG(std::string, tls_cert, "", "TLS: the server's certificate chain (PEM)"
 ABSL_FLAG(std::string, tls_key, "", "TLS: the server's private key (PEM)");
 ABSL_FLAG(std::string, tls_client_ca, "", "Mutual TLS: workers must present a certificate signed by this CA (PEM)");
 ABSL_FLAG(std::string, join_tokens, "",
-          "Join tokens, one 'LABEL TOKEN' per line ('#' comments); reloaded on change and on SIGHUP. "
-          "A token removed from the file is revoked: its workers are refused at their next call");
+          "Join tokens, one 'LABEL TOKEN [weight=W]' per line ('#' comments); reloaded on change and on SIGHUP. "
+          "A token removed from the file is revoked: its workers are refused at their next call. Tokens with one "
+          "label are one volunteer: one vote in the mean, of weight W (default 1)");
 ABSL_FLAG(bool, open_join, false, "Let anyone join without a token (public runs)");
 ABSL_FLAG(std::string, robust, "clip",
-          "Screening of pushed updates by norm against the round's median/MAD: clip, reject or off");
+          "Robust aggregation of the updates (server/screen.h): clip (per-tensor norm bounds, direction and size "
+          "checks), reject (an update over a bound is left out), trimmed (coordinate-wise trimmed mean) or off");
 ABSL_FLAG(uint32_t, max_workers, 1024, "Live workers at most");
-ABSL_FLAG(uint32_t, max_workers_per_token, 64, "Live workers per join token at most");
+ABSL_FLAG(uint32_t, max_workers_per_token, 1,
+          "Live workers per join token at most (whatever the count, a token's sessions are one vote)");
 ABSL_FLAG(uint32_t, max_joins_per_minute, 600, "Joins accepted per minute, in all");
 ABSL_FLAG(uint32_t, max_joins_per_token_per_minute, 60, "Joins accepted per minute, per token");
 ABSL_FLAG(uint32_t, max_streams_per_worker, 4, "Streaming calls in flight per worker");
@@ -77,7 +80,7 @@ int main(int argc, char** argv) {
   o.heartbeat_timeout_s = absl::GetFlag(FLAGS_heartbeat_timeout_s);
   o.linger_s = absl::GetFlag(FLAGS_linger_s);
   if (!ParseRobust(absl::GetFlag(FLAGS_robust), &o.robust)) {
-    std::fprintf(stderr, "muloco-server: --robust must be clip, reject or off\n");
+    std::fprintf(stderr, "muloco-server: --robust must be clip, reject, trimmed or off\n");
     return 2;
   }
   o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);

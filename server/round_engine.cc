@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/checksum.h"
 #include "common/log.h"
 #include "kernels/newton_schulz.h"
@@ -22,6 +23,19 @@ EngineState Fresh(std::vector<float> params) {
   s.theta_pub = std::move(params);
   return s;
 }
+
+// The tensors screened one by one: the options', else the uplink plan's segments, else one.
+std::vector<ScreenChunk> ScreenChunksFor(const EngineOptions& o, size_t n) {
+  if (!o.screen_chunks.empty()) return o.screen_chunks;
+  std::vector<uint64_t> sizes;
+  for (const Segment& s : o.uplink) sizes.push_back(s.numel);
+  if (sizes.empty()) sizes.push_back(n);
+  return ChunksOf(sizes);
+}
+
+int CloseThreads(int requested) {
+  return requested > 0 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 }  // namespace
 
 RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_params, const Clock* clock)
@@ -32,36 +46,41 @@ RoundEngine::RoundEngine(EngineOptions options, EngineState state, const Clock* 
       clock_(clock),
       num_params_(state.theta_pub.size()),
       downlink_(options_.downlink.empty() ? DenseSegments(num_params_) : options_.downlink),
-      close_threads_(options_.close_threads > 0 ? options_.close_threads
-                                                : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))),
+      close_threads_(CloseThreads(options_.close_threads)),
       outer_(options_.outer, num_params_),
       theta_true_(std::move(state.theta_true)),
       theta_pub_(std::make_shared<const std::vector<float>>(std::move(state.theta_pub))),
       open_round_(state.open_round),
       sum_(num_params_, 0.0f),
-      screen_(options_.screen),
+      aggregator_(options_.screen, ScreenChunksFor(options_, num_params_), num_params_, close_threads_),
       votes_(options_.aggregation == Aggregation::kVote ? num_params_ : 0, 0) {
   if (state.momentum.size() == outer_.momentum_buffer().size()) outer_.set_momentum_buffer(std::move(state.momentum));
   pub_checksum_ = ParamChecksum(theta_pub_->data(), num_params_);
   round_open_time_ = clock_->Now();
   done_ = options_.total_rounds != 0 && open_round_ >= options_.total_rounds;
+  stats_.joins = state.joins;
   // Ids differ across server restarts, so a worker holding an id from before a crash is
   // unknown here (and rejoins) instead of speaking for whoever got that number.
   next_worker_id_ = (std::random_device{}() & 0xffffffu) * (uint64_t{1} << 32) + 1;
 }
 
-RoundEngine::Joined RoundEngine::Join(const std::string& name) {
+RoundEngine::Joined RoundEngine::Join(const std::string& name, const std::string& participant, float weight) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = next_worker_id_++;
-  if (pushed_.empty() && !AnyProvenLocked()) expected_.insert(id);  // cold start
+  // Keyless sessions are participants of their own ('#' never starts a token label).
+  const std::string key = participant.empty() ? absl::StrCat("#", id) : participant;
+  Participant& p = participants_[key];
+  if (p.sessions++ == 0) p.name = name;
+  p.weight = weight > 0 && std::isfinite(weight) ? weight : 1.0f;
+  if (pending_.empty() && pushed_.empty() && !AnyProvenLocked()) expected_.insert(key);  // cold start
   Member m;
   m.name = name;
+  m.participant = key;
   m.last_seen = clock_->Now();
-  m.first_round = open_round_ + (summed_norms_.empty() ? 0 : 1);  // see summing on arrival
   members_[id] = std::move(m);
   const uint64_t join_index = stats_.joins++;
-  Logf("server", "worker %llu (%s) joined at round %llu; %zu live", static_cast<unsigned long long>(id),
-       members_[id].name.c_str(), static_cast<unsigned long long>(open_round_), members_.size());
+  Logf("server", "worker %llu (%s) joined at round %llu; %zu live", static_cast<unsigned long long>(id), name.c_str(),
+       static_cast<unsigned long long>(open_round_), members_.size());
   return Joined{id, open_round_, pub_checksum_, join_index};
 }
 
@@ -94,24 +113,57 @@ absl::Status RoundEngine::Leave(uint64_t worker_id) {
 }
 
 bool RoundEngine::AnyProvenLocked() const {
-  for (const auto& [id, m] : members_)
-    if (m.proven) return true;
+  for (const auto& [key, p] : participants_)
+    if (p.proven && p.sessions > 0) return true;
   return false;
 }
 
 void RoundEngine::ForgetLocked(uint64_t worker_id) {
-  members_.erase(worker_id);
-  expected_.erase(worker_id);
+  auto it = members_.find(worker_id);
+  if (it == members_.end()) return;
+  const std::string key = it->second.participant;
+  members_.erase(it);
+  auto p = participants_.find(key);
+  if (p == participants_.end() || --p->second.sessions > 0) return;
+  expected_.erase(key);
+  // A keyless participant never comes back; a token's keeps its standing for its next join
+  // (tokens are few: the token file bounds them). Its pushes of the open round still count.
+  if (key[0] == '#' && !p->second.pushed) participants_.erase(p);
+}
+
+absl::Status RoundEngine::LatePushLocked(Member& m, uint64_t round,
+                                         const std::function<absl::Status(int32_t*)>& validate) {
+  ++stats_.rejected_wrong_round;
+  Participant& p = participants_[m.participant];
+  // A valid update for the round that just closed proves the participant is training: it is
+  // expected from the next round on, so a slower worker is not left racing every close.
+  if (!done_ && round + 1 == open_round_ && open_round_ >= p.reprove_after) {
+    std::vector<int32_t> counts(options_.aggregation == Aggregation::kVote ? num_params_ : 0);
+    if (absl::Status s = validate(counts.data()); !s.ok()) {
+      --stats_.rejected_wrong_round;  // counted as what it is
+      ++stats_.rejected_bad_payload;
+      return s;
+    }
+    p.proven = true;
+  }
+  return absl::FailedPreconditionError(
+      done_ ? "the run is over"
+            : absl::StrCat("push for round ", round, " but round ", open_round_, " is open; fetch the model"));
 }
 
 absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_view payload) {
-  // kMean: the payload is validated and its Δ's norm computed before taking the lock, so
-  // concurrent pushes decode on all cores (each holds one segment's values, not a model).
+  // kMean: the payload is validated before taking the lock, so concurrent pushes decode on
+  // all cores (each holds one segment's values, not a model).
   const bool vote = options_.aggregation == Aggregation::kVote;
-  absl::StatusOr<double> norm = 0.0;
+  absl::Status checked;
+  double norm = 0;
   if (!vote) {
-    const absl::Status plan = options_.uplink.empty() ? absl::OkStatus() : CheckPlan(payload, options_.uplink);
-    norm = plan.ok() ? DecodedNorm(payload, num_params_) : plan;
+    checked = options_.uplink.empty() ? absl::OkStatus() : CheckPlan(payload, options_.uplink);
+    if (checked.ok()) {
+      absl::StatusOr<double> n = DecodedNorm(payload, num_params_);
+      checked = n.status();
+      norm = n.value_or(0);
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto member = members_.find(worker_id);
@@ -119,11 +171,11 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
     ++stats_.rejected_unknown_worker;
     return absl::NotFoundError(absl::StrCat("unknown worker ", worker_id, "; join again"));
   }
-  member->second.last_seen = clock_->Now();
   Member& m = member->second;
+  m.last_seen = clock_->Now();
   // kMean: the result of the check above. kVote: validates while adding the signs to `counts`.
   auto validate = [&](int32_t* counts) -> absl::Status {
-    if (!vote) return norm.status();
+    if (!vote) return checked;
     if (!options_.uplink.empty()) {
       if (absl::Status s = CheckPlan(payload, options_.uplink); !s.ok()) return s;
     }
@@ -134,68 +186,36 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
     ++stats_.rejected_duplicate;
     return absl::AlreadyExistsError(absl::StrCat("worker ", worker_id, " already pushed round ", round, " (closed)"));
   }
-  if (done_ || round != open_round_) {
-    ++stats_.rejected_wrong_round;
-    // A valid update for the round that just closed proves the worker is training: it is
-    // expected from the next round on, so a slower worker is not left racing every close.
-    // Each missed round doubles the wait before a late push may prove it again, so an id
-    // that proves itself and then never pushes in time holds few rounds open.
-    if (!done_ && round + 1 == open_round_ && open_round_ >= m.reprove_after) {
-      std::vector<int32_t> counts(vote ? num_params_ : 0);
-      if (absl::Status s = validate(counts.data()); !s.ok()) {
-        --stats_.rejected_wrong_round;  // counted as what it is
-        ++stats_.rejected_bad_payload;
-        return s;
-      }
-      m.proven = true;
-    }
-    return absl::FailedPreconditionError(
-        done_ ? "the run is over"
-              : absl::StrCat("push for round ", round, " but round ", open_round_, " is open; fetch the model"));
-  }
+  if (done_ || round != open_round_) return LatePushLocked(m, round, validate);
   if (pushed_.count(worker_id)) {
     ++stats_.rejected_duplicate;
     return absl::AlreadyExistsError(absl::StrCat("worker ", worker_id, " already pushed round ", round));
   }
-  if (const absl::Status s = validate(votes_.data()); !s.ok()) {
+  Participant& p = participants_[m.participant];
+  // kVote: one vote per participant; its other sessions' pushes are checked, not counted.
+  std::vector<int32_t> scratch(vote && p.pushed ? num_params_ : 0);
+  if (const absl::Status s = validate(vote && p.pushed ? scratch.data() : votes_.data()); !s.ok()) {
     ++stats_.rejected_bad_payload;
     return s;
   }
-  if (round < m.first_round && pushed_.size() >= std::max<size_t>(1, options_.min_quorum)) {
-    // kMean only (votes are never summed on arrival): it joined after this round's first sum
-    // on arrival, and the round has its quorum, so the bound did not count it: its norm could
-    // lower the threshold below one already summed. Its valid push proves it, as a late one does.
-    ++stats_.rejected_wrong_round;
-    m.proven = true;
-    return absl::FailedPreconditionError(absl::StrCat("joined round ", round, " after its first updates were summed; ",
-                                                      "push from round ", m.first_round, " on (fetch the model)"));
-  }
-  bool sum_now = false;  // kMean: screening cannot touch it, so it is summed instead of held
   if (!vote) {
-    std::vector<double> norms = RoundNormsLocked();
-    norms.push_back(*norm);
-    sum_now = *norm <= SafeNormLocked(norms, pushed_.size() + 1, UnpushedLocked() - 1);
-    auto full = [&] { return pending_bytes_ + payload.size() > options_.max_round_bytes; };
-    if (!sum_now && full()) SumSafeLocked();  // held pushes it clears free their room
-    if (!sum_now && full()) {
+    if (pending_bytes_ + payload.size() > options_.max_round_bytes) {
       ++stats_.rejected_round_full;
       return absl::ResourceExhaustedError(absl::StrCat("this round already holds ", pending_bytes_,
                                                        " payload bytes; retry in the next round"));
     }
-  }
-  if (sum_now) {
-    SumPayloads({WeightedPayload{payload, 1.0f}}, num_params_, sum_.data(), close_threads_);
-    summed_norms_.push_back(*norm);
-    ++stats_.summed_on_arrival;
-  } else if (!vote) {
-    pending_.push_back(Pending{worker_id, m.name, std::string(payload), *norm});
+    pending_.push_back(Pending{worker_id, m.participant, std::string(payload)});
     pending_bytes_ += payload.size();
     stats_.held_bytes_peak = std::max(stats_.held_bytes_peak, pending_bytes_);
   }
-  m.proven = true;
-  m.misses = 0;
+  if (p.pushed) ++stats_.uncounted_pushes;
+  p.pushed = true;
+  // An on-time push proves it too, but not before its backoff has passed: a participant
+  // that missed a round it was waited for is not waited for again until then.
+  if (open_round_ >= p.reprove_after) p.proven = true;
   m.next_round = round + 1;
   pushed_.insert(worker_id);
+  quorum_pushes_ += vote || norm > 0;  // an empty update does not make a round
   if (first_push_time_ < 0) first_push_time_ = clock_->Now();
   ++stats_.pushes_accepted;
   stats_.bytes_up += payload.size();
@@ -204,92 +224,93 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
   return absl::OkStatus();
 }
 
-size_t RoundEngine::UnpushedLocked() const {
-  size_t n = 0;
-  for (const auto& [id, m] : members_) n += !pushed_.count(id);
-  return n;
-}
-
-std::vector<double> RoundEngine::RoundNormsLocked() const {
-  std::vector<double> norms = summed_norms_;
-  for (const Pending& p : pending_) norms.push_back(p.norm);
-  return norms;
-}
-
-double RoundEngine::SafeNormLocked(const std::vector<double>& norms, size_t pushed, size_t unknown_members) const {
-  // Besides the members yet to push, newcomers may push while the round lacks its quorum
-  // (after that they wait for the next round: see Push), at most one per missing push.
-  const size_t quorum = std::max<size_t>(1, options_.min_quorum);
-  return screen_.SafeBound(norms, unknown_members + (pushed < quorum ? quorum - pushed : 0));
-}
-
-void RoundEngine::SumSafeLocked() {
-  if (pending_.empty()) return;
-  const double safe = SafeNormLocked(RoundNormsLocked(), pushed_.size(), UnpushedLocked());
-  auto summed = [&](const Pending& p) { return p.norm <= safe; };
-  std::vector<WeightedPayload> now;
-  for (const Pending& p : pending_)
-    if (summed(p)) now.push_back({p.payload, 1.0f});
-  if (now.empty()) return;
-  SumPayloads(now, num_params_, sum_.data(), close_threads_);
-  for (const Pending& p : pending_) {
-    if (!summed(p)) continue;
-    summed_norms_.push_back(p.norm);
-    pending_bytes_ -= p.payload.size();
+size_t RoundEngine::ExpectedInLocked() const {
+  size_t in = 0;
+  for (const std::string& key : expected_) {
+    auto p = participants_.find(key);
+    in += p != participants_.end() && p->second.pushed;
   }
-  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), summed), pending_.end());
+  return in;
 }
 
 void RoundEngine::MaybeCloseLocked() {
   if (done_ || pushed_.empty()) return;
-  SumSafeLocked();  // a leave, an eviction or a push may have made held pushes safe
-  size_t expected_in = 0;
-  for (uint64_t id : expected_) expected_in += pushed_.count(id);
+  const size_t expected_in = ExpectedInLocked();
   const double now = clock_->Now();
-  if (straggler_clock_ < 0 && 2 * expected_in >= expected_.size()) straggler_clock_ = now;
-  if (pushed_.size() < std::max<size_t>(1, options_.min_quorum)) return;
+  // The straggler clock: once half the expected participants are in; at a cold start (no
+  // one proven, so no one to be expected on merit) from the first push.
+  const bool cold = !AnyProvenLocked();
+  if (straggler_clock_ < 0 && (cold || 2 * expected_in >= expected_.size())) straggler_clock_ = now;
+  if (quorum_pushes_ < std::max<size_t>(1, options_.min_quorum)) return;
   const bool all_in = expected_in == expected_.size();
   const bool deadline = (straggler_clock_ >= 0 && now >= straggler_clock_ + options_.round_timeout_s) ||
                         now >= first_push_time_ + kBackstopTimeouts * options_.round_timeout_s;
-  if (all_in || deadline) CloseRoundLocked();
-}
-
-void RoundEngine::CountScreenLocked(const std::string& name, bool rejected) {
-  const bool known = stats_.screened.count(name) || stats_.screened.size() < kMaxScreenLabels;
-  ScreenCounts& c = stats_.screened[known ? name : "other"];
-  ++(rejected ? c.rejected : c.clipped);
-}
-
-size_t RoundEngine::SumScreenedLocked() {
-  const double limit = screen_.Threshold(RoundNormsLocked());
-  std::vector<double> summed = std::move(summed_norms_);
-  std::vector<WeightedPayload> kept;  // validated at Push
-  std::string report;
-  for (const Pending& p : pending_) {
-    if (p.norm <= limit) {
-      kept.push_back({p.payload, 1.0f});
-      summed.push_back(p.norm);
-      continue;
-    }
-    const bool reject = screen_.mode() == Robust::kReject;
-    CountScreenLocked(p.name, reject);
-    absl::StrAppend(&report, report.empty() ? "" : "; ", p.name, " (", p.worker_id, ") ", reject ? "left out" : "clipped",
-                    ": norm ", absl::SixDigits(p.norm), " > ", absl::SixDigits(limit));
-    if (reject) continue;
-    kept.push_back({p.payload, static_cast<float>(limit / p.norm)});
-    summed.push_back(limit);
+  if (all_in || deadline) {
+    if (!all_in) ++stats_.straggler_waits;
+    CloseRoundLocked();
   }
-  SumPayloads(kept, num_params_, sum_.data(), close_threads_);
+}
+
+void RoundEngine::RecordScreeningLocked(const std::vector<std::string>& keys, const std::vector<Verdict>& verdicts) {
+  std::string report;
+  stats_.last_screen.clear();
+  for (size_t i = 0; i < verdicts.size(); ++i) {
+    const Verdict& v = verdicts[i];
+    const Participant& p = participants_[keys[i]];
+    const double share = p.weight > 0 ? v.weight / p.weight : 0;
+    stats_.last_screen.push_back(ScreenSample{p.name, v.cosine, share, v.norm, v.clipped});
+    const bool cut = share < 1, clipped = v.clipped > 0;
+    if (!cut && !clipped) continue;
+    const bool known = stats_.screened.count(p.name) || stats_.screened.size() < kMaxScreenLabels;
+    ScreenCounts& c = stats_.screened[known ? p.name : "other"];
+    c.clipped += clipped;
+    c.reduced += cut && share > 0;
+    c.rejected += share == 0;
+    absl::StrAppendFormat(&report, "%s%s: weight %.2f%s%s, cosine %.3f, norm %.4g, %u of %zu tensors clipped",
+                          report.empty() ? "" : "; ", p.name, share, *v.reason ? " " : "", v.reason, v.cosine, v.norm,
+                          v.clipped, v.landed.size());
+  }
   if (!report.empty()) {
     LogWarn("server", "round %llu screening (%s): %s", static_cast<unsigned long long>(open_round_),
-            screen_.mode() == Robust::kReject ? "reject" : "clip", report.c_str());
+            aggregator_.mode() == Robust::kReject ? "reject" : aggregator_.mode() == Robust::kTrimmed ? "trimmed" : "clip",
+            report.c_str());
   }
-  const size_t count = summed.size();
-  screen_.Remember(std::move(summed));
+}
+
+size_t RoundEngine::AggregateLocked(std::map<uint64_t, std::vector<LandedRange>>* landed) {
+  // Participants in key order, each one's sessions in id order: a fixed order, so the same
+  // pushes give the same bits however they arrived.
+  std::map<std::string, std::vector<const Pending*>> by_key;
+  for (const Pending& p : pending_) by_key[p.participant].push_back(&p);
+  std::vector<std::string> keys;
+  std::vector<Contribution> in;
+  for (auto& [key, held] : by_key) {
+    std::sort(held.begin(), held.end(), [](const Pending* a, const Pending* b) { return a->worker_id < b->worker_id; });
+    const Participant& p = participants_[key];
+    Contribution c;
+    c.name = p.name;
+    c.weight = p.weight;
+    c.proven = p.proven_at_open;
+    for (const Pending* h : held) c.payloads.push_back(h->payload);
+    keys.push_back(key);
+    in.push_back(std::move(c));
+  }
+  const std::vector<Verdict> verdicts = aggregator_.Aggregate(in, sum_.data());
+  RecordScreeningLocked(keys, verdicts);
+  size_t counted = 0;
+  const std::vector<ScreenChunk>& chunks = aggregator_.chunks();
+  for (size_t i = 0; i < verdicts.size(); ++i) {
+    counted += verdicts[i].weight > 0;
+    std::vector<LandedRange> ranges;
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      if (verdicts[i].landed[c] < 1.0f) ranges.push_back(LandedRange{chunks[c].offset, chunks[c].numel, verdicts[i].landed[c]});
+    }
+    if (ranges.empty()) continue;
+    for (const Pending* h : by_key[keys[i]]) (*landed)[h->worker_id] = ranges;
+  }
   pending_.clear();
   pending_bytes_ = 0;
-  summed_norms_.clear();
-  return count;
+  return counted;
 }
 
 std::shared_ptr<const std::string> RoundEngine::PublishLocked() {
@@ -331,8 +352,10 @@ std::shared_ptr<const std::string> RoundEngine::PublishLocked() {
 void RoundEngine::CloseRoundLocked() {
   const auto close_start = std::chrono::steady_clock::now();
   const size_t n = num_params_;
-  size_t contributors = pushed_.size();
+  size_t contributors = 0;
+  auto landed = std::make_shared<std::map<uint64_t, std::vector<LandedRange>>>();
   if (options_.aggregation == Aggregation::kVote) {
+    for (const auto& [key, p] : participants_) contributors += p.pushed;
     VoteSign(votes_.data(), n, sum_.data());  // g = sign(Σ s_k), ties 0
     for (const MatrixRange& m : options_.polar) PolarNewtonSchulz(sum_.data() + m.offset, m.rows, m.cols, options_.polar_steps);
     const float factor = options_.vote_lr_factor ? static_cast<float>(options_.vote_lr_factor(open_round_)) : 1.0f;
@@ -345,9 +368,7 @@ void RoundEngine::CloseRoundLocked() {
     }
     std::fill(votes_.begin(), votes_.end(), 0);
   } else {
-    contributors = SumScreenedLocked();
-    const float inv = contributors ? 1.0f / static_cast<float>(contributors) : 0.0f;
-    for (size_t i = 0; i < n; ++i) sum_[i] *= inv;  // now the mean pseudo-gradient
+    contributors = AggregateLocked(landed.get());  // sum_ = the screened mean pseudo-gradient
   }
   outer_.Step(theta_true_.data(), sum_.data(), n);
   auto payload = PublishLocked();
@@ -360,14 +381,13 @@ void RoundEngine::CloseRoundLocked() {
   update.bytes_up = round_bytes_up_;
   update.done = options_.total_rounds != 0 && update.next_round >= options_.total_rounds;
   update.payload = std::move(payload);
+  update.landed = std::move(landed);
   history_.push_back(update);
   while (history_.size() > std::max<size_t>(1, options_.keep_rounds)) history_.pop_front();
 
   ++stats_.rounds_closed;
   stats_.bytes_down += update.payload->size();
-  size_t missing = 0;
-  for (uint64_t id : expected_) missing += !pushed_.count(id);
-  stats_.stragglers += missing;
+  stats_.stragglers += expected_.size() - ExpectedInLocked();
   stats_.last_contributors = update.contributors;
   stats_.last_expected = static_cast<uint32_t>(expected_.size());
   stats_.last_close_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - close_start).count();
@@ -386,23 +406,36 @@ void RoundEngine::CloseRoundLocked() {
        static_cast<unsigned long long>(update.bytes_up), SizeNote(update.bytes_up, pushed_.size(), n).c_str(),
        update.payload->size(), SizeNote(update.payload->size(), 1, n).c_str(),
        static_cast<unsigned long long>(update.checksum), update.done ? " (final)" : "");
-
   round_bytes_up_ = 0;
   std::fill(sum_.begin(), sum_.end(), 0.0f);
+  OpenNextRoundLocked();
+  round_closed_.notify_all();
+}
+
+void RoundEngine::OpenNextRoundLocked() {
   first_push_time_ = straggler_clock_ = -1;
-  for (uint64_t id : expected_) {  // missed this round: not waited for until it proves itself again
-    auto m = members_.find(id);
-    if (m == members_.end() || pushed_.count(id)) continue;
-    m->second.proven = false;
-    m->second.misses = std::min<uint32_t>(m->second.misses + 1, 20);
-    m->second.reprove_after = open_round_ + (uint64_t{1} << m->second.misses);
+  for (const std::string& key : expected_) {  // missed this round: not waited for until its backoff passed
+    auto p = participants_.find(key);
+    if (p == participants_.end() || p->second.pushed) continue;
+    p->second.proven = false;
+    p->second.misses = std::min<uint32_t>(p->second.misses + 1, 20);
+    p->second.reprove_after = open_round_ + (uint64_t{1} << p->second.misses);
   }
   pushed_.clear();
+  quorum_pushes_ = 0;
   expected_.clear();
   const bool cold = !AnyProvenLocked();
-  for (const auto& [id, m] : members_)
-    if (cold || m.proven) expected_.insert(id);
-  round_closed_.notify_all();
+  for (auto it = participants_.begin(); it != participants_.end();) {
+    Participant& p = it->second;
+    p.pushed = false;
+    p.proven_at_open = p.proven;
+    if (p.sessions == 0 && it->first[0] == '#') {  // a keyless participant whose session ended
+      it = participants_.erase(it);
+      continue;
+    }
+    if (p.sessions > 0 && (cold || p.proven)) expected_.insert(it->first);
+    ++it;
+  }
 }
 
 absl::StatusOr<RoundUpdate> RoundEngine::AwaitRound(uint64_t round, double wait_s) {
@@ -439,17 +472,15 @@ ModelSnapshot RoundEngine::Snapshot() const {
 void RoundEngine::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   const double now = clock_->Now();
-  for (auto it = members_.begin(); it != members_.end();) {
-    if (now - it->second.last_seen > options_.heartbeat_timeout_s) {
-      LogWarn("server", "evicting worker %llu (%s): silent for %.1f s",
-              static_cast<unsigned long long>(it->first), it->second.name.c_str(), now - it->second.last_seen);
-      expected_.erase(it->first);
-      it = members_.erase(it);
-      ++stats_.evictions;
-    } else {
-      ++it;
-    }
+  std::vector<uint64_t> silent;
+  for (const auto& [id, m] : members_) {
+    if (now - m.last_seen <= options_.heartbeat_timeout_s) continue;
+    LogWarn("server", "evicting worker %llu (%s): silent for %.1f s", static_cast<unsigned long long>(id),
+            m.name.c_str(), now - m.last_seen);
+    silent.push_back(id);
   }
+  for (uint64_t id : silent) ForgetLocked(id);
+  stats_.evictions += silent.size();
   MaybeCloseLocked();
 }
 
@@ -461,7 +492,7 @@ void RoundEngine::CountMalformedPush() {
 void RoundEngine::WakeAll() { round_closed_.notify_all(); }
 
 EngineState RoundEngine::ExportStateLocked() const {
-  return EngineState{open_round_, theta_true_, *theta_pub_, outer_.momentum_buffer()};
+  return EngineState{open_round_, stats_.joins, theta_true_, *theta_pub_, outer_.momentum_buffer()};
 }
 
 EngineState RoundEngine::ExportState() const {
@@ -480,6 +511,7 @@ EngineStats RoundEngine::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   EngineStats s = stats_;
   s.live_workers = members_.size();
+  for (const auto& [key, p] : participants_) s.participants += p.sessions > 0;
   s.round_durations = round_durations_.Snapshot();
   for (const auto& [id, m] : members_)
     if (m.reported) {

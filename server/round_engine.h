@@ -2,31 +2,35 @@
 // No gRPC in here; the service (server/service.h) is a thin adapter and tests drive it
 // directly with threads. Thread-safe: every public method may be called from any thread.
 //
-// A round r is open until it closes; it closes when at least max(1, min_quorum) workers
-// have pushed and either every expected worker has pushed or the straggler deadline has
-// passed: round_timeout_s after half the expected workers (rounded up) have pushed, so that
-// a minority that pushes at once (a hostile volunteer sending noise the moment a round
-// opens) cannot start the clock and cut honest workers' time to train; and, should a
-// majority hang while heartbeating, kBackstopTimeouts x round_timeout_s after the round's
-// first push whatever happens. Expected workers are the proven ones live when the round
-// opened: a worker is proven by an accepted push, or by a valid push for the round that
-// just closed (then it is expected from the next round on); it loses it by missing a round
-// it was expected in, and each such miss doubles the rounds before a late push may prove
-// it again. So ids that join and never push (sybils) cannot make rounds wait, and one that
-// proves itself and then stalls holds only logarithmically few rounds open. A joiner in a
-// running run may push at once but is waited for only once proven. While no live worker is proven (a cold start), every live worker and
-// every joiner before the round's first push is expected. Anyone joined may push.
-// Closing: each pushed Δ is screened (server/screen.h: clipped or left out when its norm is
-// far above the round's robust statistics); g = mean of the screened Δ (or the majority
-// vote of signs); outer SGD on θ_true; down = C(θ_true − θ_pub); θ_pub += decode(down).
-// Summing on arrival: a push whose norm is at or below NormScreen::SafeBound (accepted
-// unchanged however the round ends, counting every member yet to push and, while the round
-// lacks its quorum, one newcomer per missing push) is summed at once and its payload
-// dropped; only the others are held until the close (max_round_bytes bounds them), so a
-// round costs one model-sized sum, not N payloads. So that the bound stays exact, an id that
-// joins after a round's first such sum (a newcomer, or a worker rejoining after an eviction)
-// may push in that round only while it lacks its quorum; otherwise from the next round on
-// (FAILED_PRECONDITION, like a late push; a valid one proves it).
+// Sessions and participants. Each Join opens a session (a worker id); sessions that name the
+// same participant key (the service passes the join token's label) are one participant:
+// one vote in the mean, one set of statistics, one place among the expected, however many
+// sessions it holds. A session without a key is a participant of its own. A participant
+// carries its token's weight in the mean. Its standing (proof, misses, backoff) outlives its
+// sessions, so leaving and joining again resets nothing.
+//
+// A round r is open until it closes; it closes when at least max(1, min_quorum) sessions
+// have pushed a non-empty update (kMean; an all-zero push does not make a round) and either every expected participant has pushed or the straggler deadline
+// has passed: round_timeout_s after half the expected participants (rounded up) have
+// pushed, so that a minority that pushes at once (a hostile volunteer sending noise the
+// moment a round opens) cannot start the clock and cut honest workers' time to train; at a
+// cold start (no participant proven: nobody to compare with), round_timeout_s after the
+// round's first push; and, should a majority hang while heartbeating,
+// kBackstopTimeouts x round_timeout_s after the first push whatever happens. Expected
+// participants are the proven ones live when the round opened (at a cold start: every live
+// one and every joiner before the round's first push). A participant is proven by a push
+// (on time, or valid and one round late) made once its backoff has passed; it loses it by
+// missing a round it was expected in, and each such miss doubles the rounds before any
+// push may prove it again (misses are never forgiven). So sybils that join and never push
+// cannot make rounds wait, and a participant that alternates pushes and silence holds only
+// logarithmically few rounds open. Anyone joined may push in any round.
+// Closing: every push of the round is held (max_round_bytes bounds them) until the close;
+// then the participants' updates (the mean of each one's sessions' payloads), in the order
+// of their keys, go through robust aggregation (server/screen.h): per-tensor norm bounds,
+// a direction check and a size check; g = their weighted mean (or the majority vote of
+// signs, one vote per participant); outer SGD on θ_true; down = C(θ_true − θ_pub);
+// θ_pub += decode(down). Each session learns in its round's update what share of its push
+// counted (RoundUpdate::landed), so its error feedback keeps the rest.
 // θ_true − θ_pub is the downlink's error feedback. No peer input can make the engine abort:
 // payloads are bounded at decode (kMaxAbsValue), and should the server's own downlink ever
 // fail its check, the round's step is discarded (θ_true reset to θ_pub) instead.
@@ -49,6 +53,7 @@
 #include "common/clock.h"
 #include "common/codec.h"
 #include "common/histogram.h"
+#include "common/landed.h"
 #include "common/worker_stats.h"
 #include "server/outer_optimizer.h"
 #include "server/screen.h"
@@ -69,6 +74,7 @@ struct MatrixRange {
 // What a checkpoint holds of the engine: enough to continue at `open_round`.
 struct EngineState {
   uint64_t open_round = 0;
+  uint64_t joins = 0;  // joins so far: the next joiner's data order (a resumed run gives no live order twice)
   std::vector<float> theta_true, theta_pub, momentum;
 };
 
@@ -88,7 +94,8 @@ struct EngineOptions {
   std::vector<Segment> downlink;     // downlink encoding (empty: one dense fp32 segment)
   std::vector<Segment> uplink;       // the run's uplink codec: pushes in any other are refused (empty: any)
   OuterSgdOptions outer;
-  ScreenOptions screen;              // kMean only: robust screening of each pushed Δ
+  ScreenOptions screen;              // kMean only: robust aggregation of the participants' updates
+  std::vector<ScreenChunk> screen_chunks;  // the tensors screened one by one (empty: uplink's segments, or one)
   Aggregation aggregation = Aggregation::kMean;
   std::vector<MatrixRange> polar;    // kVote: matrices whose vote gets a Newton–Schulz polar step
   int polar_steps = 5;
@@ -114,6 +121,9 @@ struct RoundUpdate {
   uint64_t bytes_up = 0;        // payload bytes received for the round, all workers
   bool done = false;            // no round follows
   std::shared_ptr<const std::string> payload;
+  // Sessions whose push did not count in full: the ranges and the share that counted
+  // (absent: all of it counted; a session that did not push is absent too).
+  std::shared_ptr<const std::map<uint64_t, std::vector<LandedRange>>> landed;
 };
 
 // θ_pub at the start of the open round.
@@ -123,21 +133,29 @@ struct ModelSnapshot {
   std::shared_ptr<const std::vector<float>> params;
 };
 
-// Screening outcomes of one worker name (EngineStats::screened).
+// Screening outcomes of one participant, by name (EngineStats::screened): rounds in which
+// some tensor of its update was clipped, its weight was cut, or it was left out.
 struct ScreenCounts {
-  uint64_t clipped = 0, rejected = 0;
+  uint64_t clipped = 0, reduced = 0, rejected = 0;
+};
+// A participant's screening in the last closed round (kMean).
+struct ScreenSample {
+  std::string name;
+  double cosine = 0, share = 0, norm = 0;  // share: of its token's weight, 0..1
+  uint32_t clipped = 0;
 };
 
 // Counters, in one place so metrics and logs read the same numbers.
 struct EngineStats {
   uint64_t joins = 0, leaves = 0, evictions = 0, rounds_closed = 0;
   uint64_t pushes_accepted = 0, bytes_up = 0, bytes_down = 0;
-  uint64_t summed_on_arrival = 0;  // kMean pushes summed at once (screening could not touch them), not held
   uint64_t held_bytes_peak = 0;    // the most payload bytes held for screening at once, over the run
+  uint64_t uncounted_pushes = 0;   // pushes of a participant that had already pushed in the round (merged or not counted)
   uint64_t rejected_unknown_worker = 0, rejected_wrong_round = 0, rejected_duplicate = 0,
            rejected_bad_payload = 0, rejected_round_full = 0;
   uint64_t downlink_resets = 0;  // rounds whose step was discarded because the downlink failed its check
-  uint64_t stragglers = 0;       // expected workers missing when a round closed, summed over rounds
+  uint64_t stragglers = 0;       // expected participants missing when a round closed, summed over rounds
+  uint64_t straggler_waits = 0;  // rounds that waited out the straggler deadline for a missing participant
   uint32_t last_contributors = 0, last_expected = 0;  // of the last closed round
   double last_close_seconds = 0;  // the last close's work: screening, summing, outer step, downlink (no checkpoint)
   HistogramData round_durations;  // seconds from a round's opening to its close
@@ -149,7 +167,9 @@ struct EngineStats {
     WorkerStats stats;
   };
   std::vector<Worker> workers;
-  std::map<std::string, ScreenCounts> screened;  // by worker name; at most kMaxScreenLabels names, then "other"
+  std::map<std::string, ScreenCounts> screened;  // by participant name; at most kMaxScreenLabels names, then "other"
+  std::vector<ScreenSample> last_screen;         // the last closed round's participants (kMean)
+  size_t participants = 0;                       // live participants
   size_t live_workers = 0;
   uint64_t open_round = 0;
   bool done = false;
@@ -169,21 +189,23 @@ class RoundEngine {
     uint64_t worker_id;
     uint64_t round;
     uint64_t checksum;
-    uint64_t join_index;  // 0 for the first join since start: a stable, non-random data seed offset
+    uint64_t join_index;  // joins before this one in the run: a stable, non-random data seed offset
   };
   // REQUIRES: `name` is safe to log and to use as a metric label (SafeName, common/log.h).
-  Joined Join(const std::string& name);
+  // `participant`: the key of the participant this session belongs to ("": its own);
+  // `weight` > 0: the participant's weight in the mean (its latest join's).
+  Joined Join(const std::string& name, const std::string& participant = "", float weight = 1.0f);
   // NOT_FOUND for unknown or evicted workers (they must join again).
   absl::Status Heartbeat(uint64_t worker_id);
   absl::Status Leave(uint64_t worker_id);
   // Heartbeat that also records the worker's own counters (exported with its name).
   absl::Status Report(uint64_t worker_id, const WorkerStats& stats);
 
-  // Validates and accumulates one worker's payload for `round`. NOT_FOUND (unknown worker),
+  // Validates and holds one session's payload for `round`. NOT_FOUND (unknown worker),
   // FAILED_PRECONDITION (not the open round, or the run is over: resync), ALREADY_EXISTS
   // (second push in a round, also once that round closed), INVALID_ARGUMENT (bad payload),
   // RESOURCE_EXHAUSTED (the round holds max_round_bytes of payloads). A rejected push
-  // changes nothing but the counters (and a worker's proof, see above).
+  // changes nothing but the counters (and a participant's proof, see above).
   absl::Status Push(uint64_t worker_id, uint64_t round, absl::string_view payload);
 
   // The update that closed `round`, waiting up to wait_s for the open round to close
@@ -216,45 +238,49 @@ class RoundEngine {
   bool IsMember(uint64_t worker_id) const;
 
  private:
-  struct Member {
+  struct Member {  // a session
     std::string name;
+    std::string participant;  // its key in participants_
     double last_seen = 0;
-    bool proven = false;  // see the round rules at the top
     bool reported = false;
-    WorkerStats stats;    // the last Report
+    WorkerStats stats;        // the last Report
     uint64_t next_round = 0;  // the round after its last accepted push
-    uint32_t misses = 0;      // rounds in a row it was expected in and missed
-    uint64_t reprove_after = 0;  // the first open round in which a late push proves it again
-    uint64_t first_round = 0;    // the first round it may push in (see summing on arrival)
   };
-  // A validated push held for screening at the close (kMean): its payload and Δ's L2 norm.
+  struct Participant {
+    std::string name;       // its first session's name, for logs and metrics
+    float weight = 1;
+    size_t sessions = 0;    // live ones
+    bool proven = false;    // see the round rules at the top
+    bool proven_at_open = false;  // proven when the open round opened: its statistics count
+    uint32_t misses = 0;          // rounds it was expected in and missed, over the run
+    uint64_t reprove_after = 0;   // the first open round in which a push proves it again
+    bool pushed = false;          // in the open round (kVote: its vote is counted)
+  };
+  // A validated push held until the close (kMean).
   struct Pending {
     uint64_t worker_id;
-    std::string name;
+    std::string participant;
     std::string payload;
-    double norm;
   };
 
   void MaybeCloseLocked();
   EngineState ExportStateLocked() const;
   void CloseRoundLocked();
+  // Ends a session; its participant goes with its last session (a keyless one for good).
   void ForgetLocked(uint64_t worker_id);
   bool AnyProvenLocked() const;
-  // Every accepted push's norm in the open round: summed ones, then held ones.
-  std::vector<double> RoundNormsLocked() const;
-  // The largest norm summed on arrival now, given the round's `norms` (the current push's
-  // included), `pushed` pushes in and `unknown_members` members yet to push.
-  double SafeNormLocked(const std::vector<double>& norms, size_t pushed, size_t unknown_members) const;
-  // Sums every held push that SafeBound now clears into sum_ and drops its payload.
-  void SumSafeLocked();
-  // Screens what is still held and sums what passes into sum_; returns how many pushes
-  // the round summed in all (on arrival too).
-  size_t SumScreenedLocked();
-  // Live workers that have not pushed in the open round (each may still push once).
-  size_t UnpushedLocked() const;
-  void CountScreenLocked(const std::string& name, bool rejected);
+  // A push for `round` from a participant one round late: proves it (once its backoff passed).
+  absl::Status LatePushLocked(Member& m, uint64_t round, const std::function<absl::Status(int32_t*)>& validate);
+  // Aggregates the held pushes into sum_ (the mean); returns how many participants counted.
+  size_t AggregateLocked(std::map<uint64_t, std::vector<LandedRange>>* landed);
+  // Records a round's verdicts in the stats and, when any update did not count in full, logs them.
+  void RecordScreeningLocked(const std::vector<std::string>& keys, const std::vector<Verdict>& verdicts);
+  // Expected participants that have pushed in the open round.
+  size_t ExpectedInLocked() const;
   // θ_pub += decode(C(θ_true − θ_pub)); returns the payload.
   std::shared_ptr<const std::string> PublishLocked();
+  // After a close: who missed, who is expected in the next round.
+  void OpenNextRoundLocked();
 
   const EngineOptions options_;
   const Clock* const clock_;
@@ -272,18 +298,18 @@ class RoundEngine {
   uint64_t open_round_ = 0;                            // guarded by mu_
   bool done_ = false;                                  // guarded by mu_
   uint64_t next_worker_id_;                            // guarded by mu_; random start
-  std::map<uint64_t, Member> members_;                 // guarded by mu_
-  std::set<uint64_t> expected_;                        // guarded by mu_
-  std::set<uint64_t> pushed_;                          // guarded by mu_
+  std::map<uint64_t, Member> members_;                 // guarded by mu_; sessions by worker id
+  std::map<std::string, Participant> participants_;    // guarded by mu_; by key
+  std::set<std::string> expected_;                     // guarded by mu_; participant keys
+  std::set<uint64_t> pushed_;                          // guarded by mu_; sessions that pushed in the open round
+  size_t quorum_pushes_ = 0;                           // guarded by mu_; of them, those that count for the quorum
   std::vector<float> sum_;                             // guarded by mu_
   std::vector<Pending> pending_;                       // guarded by mu_; this round's held pushes, in arrival order
-  std::vector<double> summed_norms_;                   // guarded by mu_; norms of the open round's pushes summed
-                                                       // before its close (non-empty: newcomers wait, see the top)
   uint64_t pending_bytes_ = 0;                         // guarded by mu_
-  NormScreen screen_;                                  // guarded by mu_
+  RobustAggregator aggregator_;                        // guarded by mu_
   std::vector<int32_t> votes_;                         // guarded by mu_ (kVote only)
   double first_push_time_ = -1;                        // guarded by mu_
-  double straggler_clock_ = -1;                        // guarded by mu_; when half the expected had pushed
+  double straggler_clock_ = -1;                        // guarded by mu_; when the straggler deadline started
   double round_open_time_;                             // guarded by mu_
   Histogram round_durations_{DurationBuckets()};
   uint64_t round_bytes_up_ = 0;                        // guarded by mu_

@@ -172,7 +172,7 @@ int RunServer(ServerOptions o, const std::atomic<bool>* stop, std::atomic<bool>*
     eo.checkpoint = [&o, &config, &layout](const EngineState& st) {
       const auto t0 = std::chrono::steady_clock::now();
       absl::Status s = WriteCheckpoint(
-          o.checkpoint_dir, ServerState{st.open_round, config, st.theta_true, st.theta_pub, st.momentum},
+          o.checkpoint_dir, ServerState{st.open_round, st.joins, config, st.theta_true, st.theta_pub, st.momentum},
           o.keep_checkpoints);
       if (s.ok() && !o.export_path.empty()) {
         s = WriteFileAtomic(o.export_path, ExportBytes(config, layout, st.theta_pub, st.open_round));
@@ -193,7 +193,7 @@ int RunServer(ServerOptions o, const std::atomic<bool>* stop, std::atomic<bool>*
                    resumed->theta_pub.size(), n);
       return 1;
     }
-    initial = EngineState{resumed->open_round, std::move(resumed->theta_true), std::move(resumed->theta_pub),
+    initial = EngineState{resumed->open_round, resumed->joins, std::move(resumed->theta_true), std::move(resumed->theta_pub),
                           std::move(resumed->momentum)};
     Logf("server", "resuming from checkpoint in %s at round %llu", o.checkpoint_dir.c_str(),
          static_cast<unsigned long long>(initial.open_round));

@@ -1,13 +1,20 @@
-// NormScreen (see screen.h).
+// RobustAggregator (see screen.h): two passes over the tensors, each decoding one tensor of
+// every update at a time. The first measures (norms, clip factors, the reference and each
+// update's dot product with it), the weights are set from the sums, and the second adds
+// the clipped, weighted updates in participant order.
 #include "server/screen.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <string>
+
+#include "common/codec.h"
+#include "common/parallel.h"
 
 namespace muloco {
 namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 double Median(std::vector<double> v) {
   const size_t mid = v.size() / 2;
@@ -17,62 +24,303 @@ double Median(std::vector<double> v) {
   return 0.5 * (hi + *std::max_element(v.begin(), v.begin() + mid));
 }
 
+// The median of *v (reordered), the mean of the middle pair for an even count.
+float MedianInPlace(std::vector<float>* v) {
+  const size_t mid = v->size() / 2;
+  std::nth_element(v->begin(), v->begin() + mid, v->end());
+  const float hi = (*v)[mid];
+  if (v->size() % 2) return hi;
+  return 0.5f * (hi + *std::max_element(v->begin(), v->begin() + mid));
+}
+
+// x[0, len) = the mean of the payloads' elements [offset, offset + len).
+void DecodeMean(const std::vector<PayloadSegments>& payloads, uint64_t offset, uint64_t len, float* x) {
+  std::fill(x, x + len, 0.0f);
+  for (const PayloadSegments& p : payloads) p.DecodeRange(offset, len, x);
+  if (payloads.size() > 1) {
+    const float inv = 1.0f / static_cast<float>(payloads.size());
+    for (uint64_t j = 0; j < len; ++j) x[j] *= inv;
+  }
+}
+
+double SquaredNorm(const float* x, uint64_t len) {
+  double s = 0;
+  for (uint64_t j = 0; j < len; ++j) s += static_cast<double>(x[j]) * x[j];
+  return s;
+}
+
+double Dot(const float* x, const float* y, uint64_t len) {
+  double s = 0;
+  for (uint64_t j = 0; j < len; ++j) s += static_cast<double>(x[j]) * y[j];
+  return s;
+}
+
 }  // namespace
 
-double NormScreen::Threshold(const std::vector<double>& round_norms) const {
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  if (options_.mode == Robust::kOff) return kInf;
-  // Zero norms (empty updates) say nothing about an honest update's size; a majority of
-  // them must not drive the threshold to zero and stop training.
-  std::vector<double> samples;
-  for (double v : round_norms)
-    if (v > 0) samples.push_back(v);
-  for (const std::vector<double>& r : history_) samples.insert(samples.end(), r.begin(), r.end());
-  if (samples.size() < std::max<size_t>(1, options_.min_samples)) {
-    // Too few norms for a median and MAD, but two or more can still be judged: none may be
-    // more than pair_factor times the smallest (else a lone attacker beside one honest worker,
-    // in a run's first round, would pass unclipped: the mean of two is no statistic).
-    if (samples.size() < 2) return kInf;
-    return options_.pair_factor * *std::min_element(samples.begin(), samples.end());
+// Pass one's results: [i * chunks + c] for participant i and chunk c.
+struct RobustAggregator::RoundStats {
+  size_t participants = 0;
+  std::vector<std::vector<PayloadSegments>> payloads;
+  std::vector<double> raw;    // norm of the update's tensor before clipping
+  std::vector<float> factor;  // clip factor (1: unclipped)
+  std::vector<double> dot, sq;  // with the reference, and the squared norm, after clipping
+  std::vector<double> ref_sq;   // per chunk: the reference's squared norm
+  bool median_reference = false;
+  std::vector<float> reference;  // the coordinate-wise median (median_reference only)
+};
+
+RobustAggregator::RobustAggregator(ScreenOptions options, std::vector<ScreenChunk> chunks, size_t n, int threads)
+    : options_(options),
+      chunks_(std::move(chunks)),
+      n_(n),
+      threads_(std::max(1, threads)),
+      chunk_scale_(chunks_.size(), -1.0) {}
+
+std::vector<Verdict> RobustAggregator::Aggregate(const std::vector<Contribution>& in, float* out) {
+  RoundStats st;
+  st.participants = in.size();
+  for (const Contribution& c : in) {
+    st.payloads.emplace_back();
+    for (absl::string_view p : c.payloads) {
+      absl::StatusOr<PayloadSegments> seg = PayloadSegments::Of(p, n_);
+      if (seg.ok()) st.payloads.back().push_back(*std::move(seg));  // validated at Push: always
+    }
   }
-  const double med = Median(samples);
-  std::vector<double> dev(samples.size());
-  for (size_t i = 0; i < samples.size(); ++i) dev[i] = std::fabs(samples[i] - med);
-  const double mad = Median(std::move(dev));
-  return std::max(med + options_.mad_factor * 1.4826 * mad, options_.median_factor * med);
+  std::vector<Verdict> verdicts(in.size());
+  std::fill(out, out + n_, 0.0f);
+  if (in.empty()) return verdicts;
+  Measure(in, &st);
+  Weigh(in, &st, &verdicts);
+  Sum(in, st, verdicts, out);
+  Remember(st, verdicts, out);
+  return verdicts;
 }
 
-double NormScreen::SafeBound(const std::vector<double>& round_norms, size_t unknown) const {
-  if (options_.mode == Robust::kOff || unknown == 0) return Threshold(round_norms);
-  std::vector<double> samples;
-  for (double v : round_norms)
-    if (v > 0) samples.push_back(v);
-  for (const std::vector<double>& r : history_) samples.insert(samples.end(), r.begin(), r.end());
-  // Unknown norms count only if non-zero, so the final count is between k and k + u, never
-  // below min_samples once k reaches it (else the pair rule could still apply: no promise).
-  const size_t k = samples.size(), u = unknown;
-  if (k < std::max<size_t>(1, options_.min_samples)) return 0;
-  // The final median is at least the final samples' element ceil(n/2) - 1 (ascending, n
-  // of them); each unknown placed below the known ones shifts that index down by one, and
-  // n = k + u (all unknowns non-zero) is the lowest it can be pushed.
-  const size_t rank = (k + u + 1) / 2;  // ceil((k + u) / 2): the 1-based rank of that element
-  if (rank <= u) return 0;
-  std::nth_element(samples.begin(), samples.begin() + (rank - 1 - u), samples.end());
-  // Threshold >= median_factor * median, and the median >= this element.
-  return options_.median_factor * samples[rank - 1 - u];
+void RobustAggregator::Measure(const std::vector<Contribution>& in, RoundStats* st) {
+  const size_t P = in.size(), C = chunks_.size();
+  const bool off = options_.mode == Robust::kOff;
+  st->raw.assign(P * C, 0.0);
+  st->factor.assign(P * C, 1.0f);
+  st->dot.assign(P * C, 0.0);
+  st->sq.assign(P * C, 0.0);
+  st->ref_sq.assign(C, 0.0);
+  st->median_reference = !off && P >= std::max<size_t>(1, options_.min_samples);
+  if (st->median_reference) st->reference.assign(n_, 0.0f);
+  bool any_proven = false;
+  for (const Contribution& c : in) any_proven = any_proven || c.proven;
+  std::vector<uint64_t> offsets{0};
+  for (const ScreenChunk& c : chunks_) offsets.push_back(offsets.back() + c.numel);
+
+  ParallelUnits(offsets, threads_, [&](size_t first, size_t last) {
+    std::vector<float> x, column(P);
+    for (size_t c = first; c < last; ++c) {
+      const ScreenChunk& ch = chunks_[c];
+      x.assign(P * ch.numel, 0.0f);
+      for (size_t i = 0; i < P; ++i) {
+        DecodeMean(st->payloads[i], ch.offset, ch.numel, x.data() + i * ch.numel);
+        st->raw[i * C + c] = std::sqrt(SquaredNorm(x.data() + i * ch.numel, ch.numel));
+      }
+      // The bound: this round's proven norms (all of them while nobody is proven and there
+      // is no history), else the history, else the pair rule.
+      std::vector<double> samples, nonzero;
+      for (size_t i = 0; i < P; ++i) {
+        const double v = st->raw[i * C + c];
+        if (v <= 0) continue;
+        nonzero.push_back(v);
+        if (in[i].proven || (!any_proven && chunk_scale_[c] < 0)) samples.push_back(v);
+      }
+      double bound = kInf;
+      if (!off && samples.size() >= std::max<size_t>(1, options_.min_samples)) {
+        double scale = Median(samples);
+        if (chunk_scale_[c] > 0) scale = std::min(scale, options_.growth * chunk_scale_[c]);
+        bound = options_.chunk_factor * scale;
+      } else if (!off && chunk_scale_[c] > 0) {  // as if this round's scale were at its growth limit
+        bound = options_.chunk_factor * options_.growth * chunk_scale_[c];
+      } else if (!off && nonzero.size() >= 2) {
+        bound = options_.pair_factor * *std::min_element(nonzero.begin(), nonzero.end());
+      }
+      for (size_t i = 0; i < P; ++i) {
+        const double v = st->raw[i * C + c];
+        if (!(v > bound)) continue;
+        const float f = static_cast<float>(bound / v);
+        st->factor[i * C + c] = f;
+        for (uint64_t j = 0; j < ch.numel; ++j) x[i * ch.numel + j] *= f;
+      }
+      // The reference for the direction check.
+      const float* ref = nullptr;
+      if (st->median_reference) {
+        float* r = st->reference.data() + ch.offset;
+        for (uint64_t j = 0; j < ch.numel; ++j) {
+          for (size_t i = 0; i < P; ++i) column[i] = x[i * ch.numel + j];
+          r[j] = MedianInPlace(&column);
+        }
+        ref = r;
+      } else if (!off && !last_aggregate_.empty()) {
+        ref = last_aggregate_.data() + ch.offset;
+      }
+      if (ref != nullptr) st->ref_sq[c] = SquaredNorm(ref, ch.numel);
+      for (size_t i = 0; i < P; ++i) {
+        const float* xi = x.data() + i * ch.numel;
+        st->sq[i * C + c] = SquaredNorm(xi, ch.numel);
+        if (ref != nullptr) st->dot[i * C + c] = Dot(xi, ref, ch.numel);
+      }
+    }
+  });
 }
 
-void NormScreen::Remember(std::vector<double> accepted_norms) {
-  if (options_.history_rounds == 0) return;
-  accepted_norms.erase(std::remove(accepted_norms.begin(), accepted_norms.end(), 0.0), accepted_norms.end());
-  history_.push_back(std::move(accepted_norms));
-  while (history_.size() > options_.history_rounds) history_.pop_front();
+void RobustAggregator::Weigh(const std::vector<Contribution>& in, RoundStats* st,
+                             std::vector<Verdict>* verdicts) const {
+  const size_t P = in.size(), C = chunks_.size();
+  double ref_sq = 0;
+  for (double v : st->ref_sq) ref_sq += v;
+  const bool has_ref = ref_sq > 0;
+  bool any_proven = false;
+  for (const Contribution& c : in) any_proven = any_proven || c.proven;
+  std::vector<double> cos_samples, norm_samples;
+  for (size_t i = 0; i < P; ++i) {
+    Verdict& v = (*verdicts)[i];
+    double sq = 0, dot = 0;
+    for (size_t c = 0; c < C; ++c) {
+      sq += st->sq[i * C + c];
+      dot += st->dot[i * C + c];
+      v.clipped += st->factor[i * C + c] < 1.0f;
+    }
+    v.norm = std::sqrt(sq);
+    v.has_reference = has_ref && v.norm > 0;
+    v.cosine = v.has_reference ? dot / (v.norm * std::sqrt(ref_sq)) : 0;
+    if (v.norm > 0 && (in[i].proven || !any_proven)) {
+      norm_samples.push_back(v.norm);
+      if (v.has_reference) cos_samples.push_back(v.cosine);
+    }
+  }
+  const size_t enough = std::max<size_t>(1, options_.min_samples);
+  const double typical_cos = cos_samples.size() >= enough ? Median(cos_samples) : cosine_scale_;
+  const double typical_norm = norm_samples.size() >= enough ? Median(norm_samples) : norm_scale_;
+  for (size_t i = 0; i < P; ++i) {
+    Verdict& v = (*verdicts)[i];
+    double share = 1;  // of its token's weight
+    if (options_.mode == Robust::kOff) {
+      share = 1;
+    } else if (v.norm == 0) {
+      share = 0, v.reason = "empty";
+    } else if (options_.mode == Robust::kReject && v.clipped > 0) {
+      share = 0, v.reason = "over the bound";
+    } else if (options_.mode != Robust::kTrimmed && P >= 2) {  // alone, there is nothing to compare with
+      // Against the round's median an honest update agrees clearly (cosine well above 0); against
+      // last round's aggregate (fewer participants) agreement is weak even when honest, so
+      // only an update pointing against it is left out.
+      if (v.has_reference && (st->median_reference ? v.cosine <= 0 : v.cosine < 0)) {
+        share = 0, v.reason = "opposed";
+      } else if (st->median_reference && v.has_reference && typical_cos > 0 &&
+                 v.cosine < options_.agree * typical_cos) {
+        share = v.cosine / (options_.agree * typical_cos), v.reason = "weak";
+      }
+      if (share > 0 && typical_norm > 0 && v.norm < options_.tiny * typical_norm) {
+        share *= v.norm / (options_.tiny * typical_norm);
+        v.reason = "small";
+      }
+    }
+    v.weight = share * in[i].weight;
+    v.landed.resize(C);
+    for (size_t c = 0; c < C; ++c) v.landed[c] = static_cast<float>(share) * st->factor[i * C + c];
+  }
+}
+
+void RobustAggregator::Sum(const std::vector<Contribution>& in, const RoundStats& st,
+                           const std::vector<Verdict>& verdicts, float* out) const {
+  const size_t P = in.size(), C = chunks_.size();
+  double total = 0;
+  std::vector<size_t> counted;
+  for (size_t i = 0; i < P; ++i) {
+    if (verdicts[i].weight > 0) counted.push_back(i), total += verdicts[i].weight;
+  }
+  if (counted.empty()) return;  // out stays 0
+  const bool trimmed = options_.mode == Robust::kTrimmed;
+  const size_t m = counted.size();
+  const size_t cut = trimmed ? std::max<size_t>(m >= 3 ? 1 : 0, static_cast<size_t>(options_.trim * m)) : 0;
+  const size_t drop = std::min(cut, (m - 1) / 2);  // keep at least one value
+  const float inv = static_cast<float>(1.0 / total);
+  std::vector<uint64_t> offsets{0};
+  for (const ScreenChunk& c : chunks_) offsets.push_back(offsets.back() + c.numel);
+  ParallelUnits(offsets, threads_, [&](size_t first, size_t last) {
+    std::vector<float> x, column(m);
+    for (size_t c = first; c < last; ++c) {
+      const ScreenChunk& ch = chunks_[c];
+      x.assign(m * ch.numel, 0.0f);
+      for (size_t k = 0; k < m; ++k) {
+        const size_t i = counted[k];
+        float* xi = x.data() + k * ch.numel;
+        DecodeMean(st.payloads[i], ch.offset, ch.numel, xi);
+        const float f = st.factor[i * C + c];
+        if (f != 1.0f) {
+          for (uint64_t j = 0; j < ch.numel; ++j) xi[j] *= f;
+        }
+      }
+      float* o = out + ch.offset;
+      if (trimmed) {
+        for (uint64_t j = 0; j < ch.numel; ++j) {
+          for (size_t k = 0; k < m; ++k) column[k] = x[k * ch.numel + j];
+          std::sort(column.begin(), column.end());
+          float s = 0;
+          for (size_t k = drop; k < m - drop; ++k) s += column[k];
+          o[j] = s / static_cast<float>(m - 2 * drop);
+        }
+        continue;
+      }
+      for (size_t k = 0; k < m; ++k) {
+        const float w = static_cast<float>(verdicts[counted[k]].weight);
+        const float* xi = x.data() + k * ch.numel;
+        if (w == 1.0f) {
+          for (uint64_t j = 0; j < ch.numel; ++j) o[j] += xi[j];
+        } else {
+          for (uint64_t j = 0; j < ch.numel; ++j) o[j] += w * xi[j];
+        }
+      }
+      for (uint64_t j = 0; j < ch.numel; ++j) o[j] *= inv;
+    }
+  });
+}
+
+void RobustAggregator::Remember(const RoundStats& st, const std::vector<Verdict>& verdicts, const float* out) {
+  if (options_.mode == Robust::kOff) return;
+  const size_t P = verdicts.size(), C = chunks_.size();
+  std::vector<double> norms, cosines;
+  for (size_t i = 0; i < P; ++i) {
+    if (verdicts[i].weight <= 0) continue;
+    norms.push_back(verdicts[i].norm);
+    if (verdicts[i].has_reference) cosines.push_back(verdicts[i].cosine);
+  }
+  if (norms.empty()) return;  // nothing counted: the history stands
+  for (size_t c = 0; c < C; ++c) {
+    std::vector<double> v;
+    for (size_t i = 0; i < P; ++i) {
+      const double clipped = st.raw[i * C + c] * st.factor[i * C + c];
+      if (verdicts[i].weight > 0 && clipped > 0) v.push_back(clipped);
+    }
+    if (v.empty()) continue;
+    const double scale = Median(std::move(v));
+    chunk_scale_[c] = chunk_scale_[c] > 0 ? std::min(scale, options_.growth * chunk_scale_[c]) : scale;
+  }
+  norm_scale_ = Median(norms);
+  if (!cosines.empty()) cosine_scale_ = Median(cosines);
+  last_aggregate_.assign(out, out + n_);
+}
+
+std::vector<ScreenChunk> ChunksOf(const std::vector<uint64_t>& sizes) {
+  std::vector<ScreenChunk> out;
+  uint64_t off = 0;
+  for (uint64_t s : sizes) {
+    out.push_back(ScreenChunk{off, s});
+    off += s;
+  }
+  return out;
 }
 
 bool ParseRobust(const std::string& text, Robust* out) {
   if (text == "off") *out = Robust::kOff;
   else if (text == "clip") *out = Robust::kClip;
   else if (text == "reject") *out = Robust::kReject;
+  else if (text == "trimmed") *out = Robust::kTrimmed;
   else return false;
   return true;
 }

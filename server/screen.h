@@ -1,55 +1,115 @@
-// Robust screening of pushed pseudo-gradients: before a round's updates are summed, each
-// worker's L2 norm is compared with a threshold from robust statistics (median and MAD) of
-// this round's norms and of the norms accepted in recent rounds, so that one hostile or
-// broken worker cannot dominate the mean. SignMuon's votes need none of this: every worker
-// adds exactly +-1 per coordinate, so its influence is bounded by construction.
+// Robust aggregation of a round's pseudo-gradients (kMean runs): what one hostile or broken
+// participant, or a minority of colluding ones, can do to the mean is bounded three ways.
+//
+// 1. Per tensor, a norm bound against that tensor's honest scale: an update above
+//    chunk_factor x the scale has that tensor clipped to it, so no update can pour its
+//    budget into a few coordinates (a gain vector, one matrix). The scale is the median
+//    of this round's norms of that tensor over proven participants when there are at least
+//    min_samples of them, never more than `growth` x last round's (so a majority cannot
+//    ratchet it up); with fewer, growth x last round's scale (the history: honest norms may
+//    grow that much in a round, e.g. in a warmup); with no history either (a run's first
+//    round), pair_factor x the smallest norm of the round.
+// 2. A direction check: each clipped update's cosine to a reference the attackers cannot
+//    steer: the coordinate-wise median of the round's clipped updates when there are at
+//    least min_samples participants, else the last round's aggregate. An update opposed to
+//    it (cosine <= 0; < 0 against last round's aggregate, to which honest updates agree only
+//    weakly) is left out; against the median, one that agrees less than `agree` x the typical
+//    honest cosine gets a proportionally smaller weight, so updates that carry no signal
+//    (noise, replays) do not dilute the mean. A lone participant is not weighed.
+// 3. A size check: an update far smaller than the honest norm (zeros, tiny pushes) gets a
+//    weight proportional to its norm (0 for zeros), so it does not dilute the mean either.
+// The aggregate is Σ w_i·clip(Δ_i) / Σ w_i over participants in the given order (so a run
+// is bit-reproducible), or a coordinate-wise trimmed mean (kTrimmed). Each participant
+// learns what share of each tensor counted (its error feedback keeps the rest).
+// Work goes tensor by tensor on `threads` threads, holding one tensor of every update.
 #pragma once
 
 #include <cstddef>
-#include <deque>
+#include <cstdint>
 #include <string>
 #include <vector>
+
+#include "absl/strings/string_view.h"
 
 namespace muloco {
 
 enum class Robust {
-  kOff,     // every validated update is summed as it is
-  kClip,    // an update above the threshold is scaled down to it
-  kReject,  // an update above the threshold is left out of the round
+  kOff,      // every validated update weighs its token's weight, unclipped
+  kClip,     // the three bounds above (the default)
+  kReject,   // as kClip, but an update over any tensor's bound is left out whole
+  kTrimmed,  // tensors clipped as kClip, then a coordinate-wise trimmed mean (no weights)
 };
 
 struct ScreenOptions {
   Robust mode = Robust::kClip;
-  double mad_factor = 3.0;     // threshold >= median + mad_factor * 1.4826 * MAD (a Gaussian's 3 sigma)
-  double median_factor = 1.5;  // and >= median_factor * median (honest norms are rarely that far apart)
-  size_t min_samples = 3;      // fewer norms than this (this round + history): see pair_factor
-  double pair_factor = 4.0;    // below min_samples, a norm above pair_factor x the smallest is
-                               // screened (honest pairs rarely differ 4x); one norm alone is not
-  size_t history_rounds = 4;   // rounds of accepted norms that join this round's
+  double chunk_factor = 1.5;  // a tensor's norm above chunk_factor x its honest scale is clipped to that
+  double pair_factor = 4.0;   // no statistics and no history (a first round): bound = pair_factor x the smallest
+  double growth = 2.0;        // a scale from this round's median is at most growth x last round's
+  size_t min_samples = 3;     // participants needed for this round's own statistics (else the history)
+  double agree = 0.5;         // full weight at a cosine >= agree x the typical one; none at <= 0
+  double tiny = 0.5;          // full weight at a norm >= tiny x the typical one; proportionally less below
+  double trim = 0.2;          // kTrimmed: share of values dropped at each end of every coordinate
+                              // (at least one each end with three or more participants)
 };
 
-class NormScreen {
- public:
-  explicit NormScreen(ScreenOptions options) : options_(options) {}
+// A contiguous range of the flat parameter buffer screened as one tensor.
+struct ScreenChunk {
+  uint64_t offset = 0, numel = 0;
+};
 
-  // The largest norm accepted unchanged in a round whose pushes have `round_norms`;
-  // +infinity when screening is off or there are too few non-zero samples to judge.
-  double Threshold(const std::vector<double>& round_norms) const;
-  // A norm at or below this is accepted unchanged however the round ends, when at most
-  // `unknown` more pushes (of any norms, zeros included) may join `round_norms`: what lets
-  // the engine sum a push as it arrives instead of holding it until the close. 0 while too
-  // few norms are known to promise anything; Threshold(round_norms) when unknown is 0.
-  double SafeBound(const std::vector<double>& round_norms, size_t unknown) const;
-  // Records a closed round's norms as summed (after clipping; rejected ones and zeros left out).
-  void Remember(std::vector<double> accepted_norms);
+// One participant's update in a round: the mean of its sessions' payloads.
+struct Contribution {
+  std::string name;                         // for logs
+  float weight = 1;                         // its token's weight
+  bool proven = false;                      // its statistics count (see the top)
+  std::vector<absl::string_view> payloads;  // validated (DecodedNorm), one per session
+};
+
+// What the screening made of one contribution.
+struct Verdict {
+  double norm = 0;          // of the update after clipping
+  double cosine = 0;        // to the reference (0 when there was none)
+  bool has_reference = false;
+  double weight = 0;        // its share in the mean: 0 (left out) .. its token's weight
+  uint32_t clipped = 0;     // tensors clipped
+  std::vector<float> landed;  // per chunk, the fraction of the update that counted
+  const char* reason = "";  // why its weight fell: "", "empty", "opposed", "weak", "small", "over the bound"
+};
+
+class RobustAggregator {
+ public:
+  // `chunks` tile [0, n) in order. `threads` >= 1.
+  RobustAggregator(ScreenOptions options, std::vector<ScreenChunk> chunks, size_t n, int threads);
+
+  // out[0, n) = the aggregate of `in` (0 when nothing counts); one verdict per contribution.
+  // Remembers the round's statistics and aggregate for the next rounds.
+  std::vector<Verdict> Aggregate(const std::vector<Contribution>& in, float* out);
+
   Robust mode() const { return options_.mode; }
+  const std::vector<ScreenChunk>& chunks() const { return chunks_; }
 
  private:
+  struct RoundStats;
+  void Measure(const std::vector<Contribution>& in, RoundStats* st);
+  void Weigh(const std::vector<Contribution>& in, RoundStats* st, std::vector<Verdict>* verdicts) const;
+  void Sum(const std::vector<Contribution>& in, const RoundStats& st, const std::vector<Verdict>& verdicts,
+           float* out) const;
+  void Remember(const RoundStats& st, const std::vector<Verdict>& verdicts, const float* out);
+
   const ScreenOptions options_;
-  std::deque<std::vector<double>> history_;
+  const std::vector<ScreenChunk> chunks_;
+  const size_t n_;
+  const int threads_;
+  // The history: last round's honest scales (< 0: none yet), typical cosine and aggregate.
+  std::vector<double> chunk_scale_;
+  double norm_scale_ = -1, cosine_scale_ = -1;
+  std::vector<float> last_aggregate_;  // empty: none yet
 };
 
-// "off" | "clip" | "reject"; false for anything else.
+// Chunks for a layout's tensors: one per tensor (`sizes` in order).
+std::vector<ScreenChunk> ChunksOf(const std::vector<uint64_t>& sizes);
+
+// "off" | "clip" | "reject" | "trimmed"; false for anything else.
 bool ParseRobust(const std::string& text, Robust* out);
 
 }  // namespace muloco

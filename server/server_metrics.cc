@@ -28,8 +28,10 @@ std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w
       {"muloco_leaves_total", "Workers that left", true, d(e.leaves)},
       {"muloco_evictions_total", "Workers evicted for missing heartbeats", true, d(e.evictions)},
       {"muloco_pushes_total", "Pushes accepted into a round", true, d(e.pushes_accepted)},
-      {"muloco_pushes_summed_on_arrival_total", "Pushes summed as they arrived (screening could not touch them), not held",
-       true, d(e.summed_on_arrival)},
+      {"muloco_participants", "Live participants (a token's sessions are one)", false, d(e.participants)},
+      {"muloco_uncounted_pushes_total",
+       "Pushes from a participant that had already pushed in the round (merged into its one vote)", true,
+       d(e.uncounted_pushes)},
       {"muloco_held_payload_bytes_peak", "Most payload bytes held for screening at once since the server started",
        false, d(e.held_bytes_peak)},
       rejected("unknown_worker", e.rejected_unknown_worker),
@@ -64,7 +66,9 @@ std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w
       {"muloco_downlink_resets_total", "Rounds whose outer step was discarded because the downlink failed its check",
        true, d(e.downlink_resets)},
   };
-  out.push_back({"muloco_stragglers_total", "Expected workers missing when a round closed", true, d(e.stragglers)});
+  out.push_back({"muloco_stragglers_total", "Expected participants missing when a round closed", true, d(e.stragglers)});
+  out.push_back({"muloco_straggler_waits_total", "Rounds that waited out the straggler deadline for a missing participant",
+                 true, d(e.straggler_waits)});
   out.push_back({"muloco_round_contributors", "Updates summed in the last closed round", false, d(e.last_contributors)});
   out.push_back({"muloco_round_expected", "Workers the last closed round waited for", false, d(e.last_expected)});
   out.push_back(HistogramSample("muloco_round_duration_seconds", "Seconds from a round's opening to its close",
@@ -82,10 +86,24 @@ std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w
                    {{"worker", label}}});
   }
   for (const auto& [name, c] : e.screened) {
-    for (const auto& [action, v] : {std::pair{"clip", c.clipped}, std::pair{"reject", c.rejected}}) {
-      out.push_back({"muloco_screened_updates_total", "Pushed updates clipped or left out by robust screening", true,
-                     d(v), {{"worker", name}, {"action", action}}});
+    for (const auto& [action, v] :
+         {std::pair{"clip", c.clipped}, std::pair{"reduce", c.reduced}, std::pair{"reject", c.rejected}}) {
+      out.push_back({"muloco_screened_updates_total",
+                     "Rounds in which robust screening clipped a tensor of a participant's update, cut its weight, "
+                     "or left it out",
+                     true, d(v), {{"worker", name}, {"action", action}}});
     }
+  }
+  std::set<std::string> screened_seen;
+  for (const ScreenSample& s : e.last_screen) {
+    if (!screened_seen.insert(s.name).second) continue;
+    const std::vector<std::pair<std::string, std::string>> labels{{"worker", s.name}};
+    out.push_back({"muloco_screen_cosine", "Last round: a participant's update's cosine to the robust reference", false,
+                   s.cosine, labels});
+    out.push_back({"muloco_screen_weight", "Last round: the share of a participant's weight that counted (0..1)", false,
+                   s.share, labels});
+    out.push_back({"muloco_screen_clipped_tensors", "Last round: tensors of a participant's update clipped", false,
+                   d(s.clipped), labels});
   }
   return out;
 }

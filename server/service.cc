@@ -90,7 +90,10 @@ grpc::Status MulocoService::Join(grpc::ServerContext*, const v1::JoinRequest* re
   if (req->token().size() > 1024) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "token longer than 1024 bytes");
   absl::StatusOr<std::string> label = auth_->Admit(req->token());
   if (!label.ok()) return ToGrpcStatus(label.status());
-  RoundEngine::Joined j = engine_->Join(absl::StrCat(SafeName(req->name()), "@", *label));  // labels are safe too
+  // A token's sessions are one participant (its label); open joins are each their own.
+  const std::string participant = req->token().empty() ? "" : *label;
+  RoundEngine::Joined j =
+      engine_->Join(absl::StrCat(SafeName(req->name()), "@", *label), participant, auth_->WeightOf(*label));
   resp->set_session_key(auth_->Open(j.worker_id, req->token()));
   resp->set_worker_id(j.worker_id);
   resp->set_round(j.round);
@@ -168,6 +171,7 @@ grpc::Status MulocoService::PushUpdate(grpc::ServerContext* ctx, grpc::ServerRea
   const uint64_t worker = chunk.worker_id(), round = chunk.round(), total = chunk.total_bytes(),
                  checksum = chunk.payload_checksum();
   if (worker != me) return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "push names another worker");
+  if (checksum == 0) return bad(kInvalid, "push without its payload checksum (xxh64 of the payload, seeded with the round)");
   if (total > max_payload_bytes_) {
     return bad(kInvalid, absl::StrCat("declared payload of ", total, " bytes exceeds the limit of ", max_payload_bytes_));
   }
@@ -190,8 +194,8 @@ grpc::Status MulocoService::PushUpdate(grpc::ServerContext* ctx, grpc::ServerRea
     if (chunk.worker_id() != worker || chunk.round() != round || chunk.payload_checksum() != checksum) {
       return bad(kInvalid, "chunks of one push disagree on worker, round or payload checksum");
     }
-    // Resumable pushes (a payload checksum) number every chunk; others may leave offsets 0.
-    if (chunk.offset() != payload.size() && (checksum != 0 || chunk.offset() != 0)) {
+    // Every chunk is numbered by its offset in the payload.
+    if (chunk.offset() != payload.size()) {
       return bad(kInvalid, "push chunk out of order (offset)");
     }
     if (chunk.data().empty() && total != 0) return bad(kInvalid, "empty chunk in a push");
@@ -199,7 +203,7 @@ grpc::Status MulocoService::PushUpdate(grpc::ServerContext* ctx, grpc::ServerRea
     payload.append(chunk.data());
   } while (reader->Read(&chunk));
   if (ctx->IsCancelled()) {
-    if (checksum != 0 && !payload.empty() && payload.size() < total) {
+    if (!payload.empty() && payload.size() < total) {
       KeepPartial(worker, PartialPush{round, checksum, total, std::move(payload)});
     }
     return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled (or idle too long)");
@@ -207,9 +211,12 @@ grpc::Status MulocoService::PushUpdate(grpc::ServerContext* ctx, grpc::ServerRea
   if (payload.size() != total) {
     return bad(kInvalid, absl::StrCat("push ended after ", payload.size(), " of ", total, " declared bytes"));
   }
-  if (checksum != 0 && Checksum64(payload.data(), payload.size()) != checksum) {
-    return bad(kInvalid, "payload does not match its checksum");
+  if (Checksum64(payload.data(), payload.size(), /*seed=*/round) != checksum) {
+    return bad(kInvalid, absl::StrCat("payload does not match its checksum for round ", round,
+                                      " (xxh64 of the payload, seeded with the round)"));
   }
+  // The session may have ended (its token revoked, an eviction) while the bytes came in.
+  if (absl::StatusOr<uint64_t> still = Authenticate(ctx, worker); !still.ok()) return ToGrpcStatus(still.status());
   if (absl::Status s = engine_->Push(worker, round, payload); !s.ok()) return ToGrpcStatus(s);
   reply->set_accepted_bytes(payload.size());
   return grpc::Status::OK;
@@ -251,6 +258,17 @@ grpc::Status MulocoService::AwaitRound(grpc::ServerContext* ctx, const v1::Await
     chunk.set_contributors(update->contributors);
     chunk.set_done(update->done);
     chunk.set_data(payload.data() + offset, count);
+    if (offset == 0 && update->landed != nullptr) {  // this worker's own screening outcome
+      auto mine = update->landed->find(id);
+      if (mine != update->landed->end()) {
+        for (const LandedRange& l : mine->second) {
+          v1::LandedRange* out = chunk.add_landed();
+          out->set_offset(l.offset);
+          out->set_count(l.count);
+          out->set_fraction(l.fraction);
+        }
+      }
+    }
     if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "client went away");
     watch->Progress();
     update_bytes_sent_ += count;
@@ -297,12 +315,14 @@ MulocoService::PartialPush* MulocoService::FindPartialLocked(uint64_t worker, ui
 
 grpc::Status MulocoService::PushProgress(grpc::ServerContext* ctx, const v1::PushProgressRequest* req,
                                          v1::PushProgressReply* reply) {
-  absl::StatusOr<uint64_t> id = Authenticate(ctx, req->worker_id());
-  if (!id.ok()) return ToGrpcStatus(id.status());
+  // It may wait (below): it holds one of the worker's slots for calls in flight, as streams do.
+  uint64_t me = 0;
+  absl::StatusOr<Auth::Stream> slot = AuthenticateStream(ctx, req->worker_id(), &me);
+  if (!slot.ok()) return ToGrpcStatus(slot.status());
   std::unique_lock<std::mutex> lock(partial_mu_);
   // The cut push's own call may still be ending on another thread: wait for it (bounded).
-  push_ended_.wait_for(lock, std::chrono::seconds(2), [&] { return pushing_.count(*id) == 0; });
-  const PartialPush* kept = FindPartialLocked(*id, req->round(), req->payload_checksum());
+  push_ended_.wait_for(lock, std::chrono::seconds(2), [&] { return pushing_.count(me) == 0; });
+  const PartialPush* kept = FindPartialLocked(me, req->round(), req->payload_checksum());
   reply->set_received_bytes(kept != nullptr ? kept->bytes.size() : 0);
   return grpc::Status::OK;
 }

@@ -197,7 +197,7 @@ absl::StatusOr<FetchedModel> ServerClient::FetchModel(uint64_t worker_id) {
 }
 
 absl::Status ServerClient::Push(uint64_t worker_id, uint64_t round, const std::string& payload, float train_loss) {
-  const uint64_t checksum = Checksum64(payload.data(), payload.size());
+  const uint64_t checksum = Checksum64(payload.data(), payload.size(), /*seed=*/round);  // binds it to the round
   const std::pair<uint64_t, uint64_t> push{round, checksum};
   size_t offset = 0;
   if (cut_push_ == push) {  // the last try of this very push was cut: ask what the server kept
@@ -299,6 +299,7 @@ absl::StatusOr<RoundResult> ServerClient::AwaitOnce(uint64_t worker_id, uint64_t
       r.done = chunk.done();
       if (chunk.total_bytes() > (size_t{1} << 36)) return absl::DataLossError("round: absurd payload size");
       r.payload.reserve(chunk.total_bytes());
+      for (const v1::LandedRange& l : chunk.landed()) r.landed.push_back(LandedRange{l.offset(), l.count(), l.fraction()});
       first = false;
     }
     if (chunk.round() != r.round || chunk.data().size() > chunk.total_bytes() - r.payload.size()) {

@@ -36,7 +36,12 @@ absl::StatusOr<RoundResult> LocalTransport::AwaitRound(uint64_t worker_id, uint6
     absl::StatusOr<RoundUpdate> u = engine_->AwaitRound(round, kPollS);
     if (u.status().code() == absl::StatusCode::kDeadlineExceeded) continue;
     if (!u.ok()) return u.status();
-    return RoundResult{u->round, u->next_round, u->checksum, u->contributors, u->done, *u->payload};
+    RoundResult r{u->round, u->next_round, u->checksum, u->contributors, u->done, *u->payload, {}};
+    if (u->landed != nullptr) {
+      auto mine = u->landed->find(worker_id);
+      if (mine != u->landed->end()) r.landed = mine->second;
+    }
+    return r;
   }
 }
 

@@ -622,6 +622,17 @@ Exchanged WorkerSession::Exchange(uint64_t round, const std::string& payload, fl
     return x;
   }
   x.result = *std::move(result);
+  if (!x.result.landed.empty()) {  // screening counted only part of the push: e keeps the rest
+    size_t cut = 0;
+    for (const LandedRange& l : x.result.landed) cut += l.fraction < 1.0f;
+    if (absl::Status s = uplink_->KeepUnlanded(payload, x.result.landed); !s.ok()) {
+      LogWarn(tag_.c_str(), "round %llu: the server's screening note is unusable (%s)",
+              static_cast<unsigned long long>(round), std::string(s.message()).c_str());
+    } else {
+      Logf(tag_.c_str(), "round %llu: the server's screening counted part of this push (%zu ranges); "
+           "error feedback keeps the rest", static_cast<unsigned long long>(round), cut);
+    }
+  }
   x.stage = Exchanged::kApply;
   x.status = pub_.Apply(x.result);
   return x;

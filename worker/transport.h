@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/landed.h"
 #include "muloco/v1/muloco.pb.h"
 
 namespace muloco {
@@ -29,6 +30,7 @@ struct RoundResult {
   uint32_t contributors = 0;
   bool done = false;
   std::string payload;
+  std::vector<LandedRange> landed;  // where this worker's push did not count in full (empty: it all did)
 };
 
 class Transport {

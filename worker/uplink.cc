@@ -49,6 +49,29 @@ void Uplink::Commit() {
   if (!sign_vote_) std::swap(ef_, staged_);
 }
 
+absl::Status Uplink::KeepUnlanded(const std::string& payload, const std::vector<LandedRange>& landed) {
+  if (sign_vote_ || landed.empty()) return absl::OkStatus();
+  const size_t n = ef_.size();
+  for (const LandedRange& l : landed) {
+    if (l.offset > n || l.count > n - l.offset || !(l.fraction >= 0.0f && l.fraction <= 1.0f)) {
+      return absl::InvalidArgumentError(absl::StrCat("landed range [", l.offset, ", +", l.count, ") fraction ",
+                                                     l.fraction, " outside a model of ", n));
+    }
+  }
+  absl::StatusOr<PayloadSegments> segments = PayloadSegments::Of(payload, n);
+  if (!segments.ok()) return segments.status();  // our own payload: it decodes
+  std::vector<float> e(n), part;
+  ef_.Download(e.data());
+  for (const LandedRange& l : landed) {
+    part.assign(l.count, 0.0f);
+    segments->DecodeRange(l.offset, l.count, part.data());
+    const float keep = 1.0f - l.fraction;
+    for (uint64_t j = 0; j < l.count; ++j) e[l.offset + j] += keep * part[j];
+  }
+  ef_.Upload(e.data());
+  return absl::OkStatus();
+}
+
 void Uplink::Reset() { ef_.Zero(); }
 
 double Uplink::ResidualNorm() const { return ef_.Norm(); }

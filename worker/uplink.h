@@ -3,7 +3,8 @@
 // SignMuon: the payload is the signs of the direction (no feedback); exactly-zero elements
 // get coins seeded by this worker and round, so that workers do not all vote alike for them.
 // Encode stages the new e; Commit adopts it once the server accepted the push, so a refused
-// push loses nothing. On a GPU, e, its staged copy and the encoder stay on the device (the
+// push loses nothing; where the server's screening counted only part of it (LandedRange),
+// KeepUnlanded puts the rest back into e. On a GPU, e, its staged copy and the encoder stay on the device (the
 // codec's CUDA backend); only the payload comes to the host.
 #pragma once
 
@@ -14,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/codec.h"
+#include "common/landed.h"
 #include "worker/device.h"
 #include "worker/device_floats.h"
 
@@ -36,6 +38,10 @@ class Uplink {
   absl::StatusOr<std::string> Encode(float* delta, uint64_t round);
   // The push was accepted: e takes the value Encode staged.
   void Commit();
+  // The committed push `payload` counted only in part: e += (1 - fraction) · decode(payload)
+  // over each range. INVALID_ARGUMENT (nothing changed) for a range outside the model or a
+  // fraction outside [0, 1], or a payload that does not decode. No-op for SignMuon.
+  absl::Status KeepUnlanded(const std::string& payload, const std::vector<LandedRange>& landed);
   // e ← 0 (after training went bad and the worker starts over from the server's model).
   void Reset();
   // ‖e‖₂ (0 for SignMuon).

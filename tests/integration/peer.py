@@ -90,9 +90,12 @@ class Peer:
         return b"".join(c.data for c in self._fetch(pb.FetchModelRequest(worker_id=md.get("worker", self.id)),
                                                     metadata=self.md(**md), timeout=timeout))
 
-    def push(self, rnd, data, total=None, chunk=4096, timeout=10, **md):
+    def push(self, rnd, data, total=None, chunk=4096, timeout=10, checksum=None, **md):
+        """One push; `checksum` defaults to the protocol's: xxh64 of the payload seeded with the round."""
         total = len(data) if total is None else total
-        chunks = [pb.UpdateChunk(worker_id=md.get("worker", self.id), round=rnd, total_bytes=total, data=data[i:i + chunk])
+        checksum = xxhash.xxh64_intdigest(data, seed=rnd) if checksum is None else checksum
+        chunks = [pb.UpdateChunk(worker_id=md.get("worker", self.id), round=rnd, total_bytes=total, data=data[i:i + chunk],
+                                 offset=i, payload_checksum=checksum)
                   for i in range(0, max(1, len(data)), chunk)]
         return self._push(iter(chunks), metadata=self.md(**md), timeout=timeout)
 

@@ -17,7 +17,8 @@ import muloco.v1.muloco_pb2 as pb
 from harness import TINY, ClusterTest
 from peer import Peer, code_of, gpt_shapes, lloyd_payload
 
-HONEST, VOLUNTEER = "honest-token-0123456789", "volunteer-token-9876543210"
+HONEST = ["honest-token-a-0123456789", "honest-token-b-0123456789"]  # one per honest site
+VOLUNTEER = "volunteer-token-9876543210"
 RUN = [*TINY, "--inner_lr=3e-3", "--rounds=14", "--inner_steps=10", "--min_quorum=2", "--round_timeout_s=5",
        "--eval_every=0", "--metrics_listen=127.0.0.1:0", "--max_joins_per_token_per_minute=20"]
 SHAPES = gpt_shapes()
@@ -47,16 +48,17 @@ class Adversary(ClusterTest):
     def start(self, *flags, tag=""):
         tokens = self.path("tokens")
         with open(tokens, "w") as f:
-            f.write(f"site-a {HONEST}\nvolunteer {VOLUNTEER}\n")
-        with open(self.path("honest.token"), "w") as f:
-            f.write(HONEST + "\n")
+            f.write(f"site-a {HONEST[0]}\nsite-b {HONEST[1]}\nvolunteer {VOLUNTEER}\n")
+        for i, token in enumerate(HONEST):
+            with open(self.path(f"honest{i}.token"), "w") as f:
+                f.write(token + "\n")
         server, addr = self.start_server(*RUN, *flags, f"--join_tokens={tokens}", "--linger_s=60",
                                          transport=("--insecure",), name=tag + "server")
         port = int(self.wait_for(server, r"metrics on port (\d+)", 30).group(1))
-        workers = [self.start_worker(addr, f"--token_file={self.path('honest.token')}", f"--name=honest{i}",
+        workers = [self.start_worker(addr, f"--token_file={self.path(f'honest{i}.token')}", f"--name=honest{i}",
                                      name=f"{tag}w{i}") for i in range(2)]
         for i in range(2):  # both honest joins first: their data seeds match the clean run's
-            self.wait_for(server, rf"\(honest{i}@site-a\) joined", 60)
+            self.wait_for(server, rf"\(honest{i}@site-{'ab'[i]}\) joined", 60)
         return server, addr, port, workers
 
     def final_losses(self, workers):

@@ -149,13 +149,15 @@ class Metrics(ClusterTest):
         self.assertEqual(len(dense), 1)
         self.assertAlmostEqual(dense[0] / payload, ratio, delta=0.05)
         self.assertEqual(list(self.query(base, "muloco_live_workers").values()), [2.0])
-        # Pushes that screening cannot touch are summed on arrival, not held (round_engine.h).
-        summed = list(self.query(base, "muloco_pushes_summed_on_arrival_total").values())
-        self.assertEqual(len(summed), 1)
-        self.assertGreaterEqual(summed[0], 1)
+        # A round's pushes are held until its close (round_engine.h): two workers, two payloads.
         held = list(self.query(base, "muloco_held_payload_bytes_peak").values())
-        self.assertEqual(len(held), 1)
-        self.assertLessEqual(held[0], 2 * payload)
+        self.assertEqual(held, [2 * payload])
+        self.assertEqual(list(self.query(base, "muloco_participants").values()), [2.0])
+        # Both workers' updates counted in full in the last round (robust screening, server/screen.h).
+        weights = self.query(base, "muloco_screen_weight")
+        self.assertEqual(len(weights), 2)
+        for v in weights.values():
+            self.assertEqual(v, 1.0)
         rejected = self.query(base, "muloco_rejected_pushes_total")
         self.assertEqual(sorted(dict(k)["reason"] for k in rejected),
                          ["bad_payload", "duplicate", "round_full", "unknown_worker", "wrong_round"])

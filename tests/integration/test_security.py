@@ -25,6 +25,7 @@ import time
 import unittest
 
 import grpc
+import xxhash
 import yaml
 
 import muloco.v1.muloco_pb2 as pb
@@ -35,6 +36,7 @@ OK = grpc.StatusCode.OK
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
 PERMISSION_DENIED = grpc.StatusCode.PERMISSION_DENIED
+RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 NOT_FOUND = grpc.StatusCode.NOT_FOUND
 
 
@@ -121,7 +123,8 @@ def session_calls(peer, payload):
         return b"".join(c.data for c in peer._fetch(pb.FetchModelRequest(worker_id=wid), metadata=md, timeout=5))
 
     def push(wid, md):
-        chunk = pb.UpdateChunk(worker_id=wid, round=0, total_bytes=len(payload), data=payload)
+        chunk = pb.UpdateChunk(worker_id=wid, round=0, total_bytes=len(payload), data=payload,
+                               payload_checksum=xxhash.xxh64_intdigest(payload, seed=0))
         return peer._push(iter([chunk]), metadata=md, timeout=5)
 
     def await_round(wid, md):
@@ -171,7 +174,7 @@ class Tls(ClusterTest):
         server, addr = self.start_server(
             *TINY, "--rounds=2", "--inner_steps=4", "--min_quorum=2", f"--save_final={self.path('server.bin')}",
             transport=(f"--tls_cert={self.pki['server.pem']}", f"--tls_key={self.pki['server.key']}",
-                       f"--tls_client_ca={self.pki['ca.pem']}", f"--join_tokens={self.tokens}"),
+                       f"--tls_client_ca={self.pki['ca.pem']}", f"--join_tokens={self.tokens}", "--max_workers_per_token=8"),
             credentials=self.creds())
 
         # Refused at the handshake: no CA (system roots), no client certificate, a client
@@ -217,7 +220,7 @@ class Tls(ClusterTest):
         text = server.text()
         self.assertEqual(len(re.findall(r"\(w[01]@alice\) joined", text)), 2, text)
         closed = re.findall(r"round (\d+) closed: (\d+) contributors", text)
-        self.assertEqual(closed, [("0", "2"), ("1", "2")], text)
+        self.assertEqual(closed, [("0", "1"), ("1", "1")], text)  # one token's two sessions: one vote
         params = self.read_bytes("server.bin")
         self.assertEqual(len(params), 4 * joined.num_params)
         for i in range(2):
@@ -226,7 +229,7 @@ class Tls(ClusterTest):
     def test_server_only_tls(self):
         _, addr = self.start_server(
             *TINY, transport=(f"--tls_cert={self.pki['server.pem']}", f"--tls_key={self.pki['server.key']}",
-                              f"--join_tokens={self.tokens}"),
+                              f"--join_tokens={self.tokens}", "--max_workers_per_token=8"),
             credentials=self.creds(client=None))
         self.assertEqual(self.join_code(addr, self.creds(client=None)), OK, "CA, no client certificate")
         self.assertEqual(self.join_code(addr, self.creds(ca=False, client=None)), UNAVAILABLE, "system roots")
@@ -292,7 +295,9 @@ class Tokens(ClusterTest):
         write_tokens(self.file, self.tokens)
 
     def server(self, *flags):
-        return self.start_server(*TINY, *flags, transport=("--insecure", f"--join_tokens={self.file}"))
+        # Several sessions per token here: these tests are about admission and revocation.
+        return self.start_server(*TINY, "--max_workers_per_token=8", *flags,
+                                 transport=("--insecure", f"--join_tokens={self.file}"))
 
     def join(self, addr, token, name="probe"):
         peer = Peer(addr)
@@ -312,6 +317,15 @@ class Tokens(ClusterTest):
             self.assertEqual(code_of(peer.heartbeat), OK)
             keys.add(peer.key)
         self.assertEqual(len(keys), 3, "session keys repeat")
+
+    def test_one_session_per_token_by_default(self):
+        _, addr = self.start_server(*TINY, transport=("--insecure", f"--join_tokens={self.file}"))
+        first, code = self.join(addr, self.tokens["alice"])
+        self.assertEqual(code, OK)
+        self.assertEqual(self.join(addr, self.tokens["alice"])[1], RESOURCE_EXHAUSTED)
+        self.assertEqual(self.join(addr, self.tokens["bob"])[1], OK)  # another volunteer
+        self.assertEqual(code_of(first.leave), OK)
+        self.assertEqual(self.join(addr, self.tokens["alice"])[1], OK)  # its one session is free again
 
     def test_revocation_evicts_peers_and_workers(self):
         server, addr = self.server("--rounds=1000", "--inner_steps=4", "--eval_every=0")
@@ -428,7 +442,8 @@ class Names(ClusterTest):
         tokens = self.path("tokens")
         bob = new_token()
         write_tokens(tokens, {"alice": new_token(), "bob": bob})
-        server, addr = self.start_server(*TINY, transport=("--insecure", f"--join_tokens={tokens}"))
+        server, addr = self.start_server(*TINY, "--max_workers_per_token=8",
+                                         transport=("--insecure", f"--join_tokens={tokens}"))
         for what, name in (("hides", "x" * 200), ("poses as alice's", "z" * 58 + "@alice")):
             with self.subTest(f"a long name {what} label"):
                 peer = Peer(addr)

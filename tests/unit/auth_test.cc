@@ -125,6 +125,20 @@ TEST(ParseTokenFile, WrongFieldCounts) {
   }
 }
 
+TEST(ParseTokenFile, WeightsPerLabel) {
+  std::map<std::string, float> w;
+  absl::StatusOr<std::map<std::string, std::string>> t =
+      ParseTokenFile("site " + kTokA + " weight=2.5\nsite " + kTokB + " weight=2.5\nvol " + kTokC + "\n", &w);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->at(kTokB), "site");
+  EXPECT_FLOAT_EQ(w.at("site"), 2.5f);
+  EXPECT_FLOAT_EQ(w.at("vol"), 1.0f);
+  for (const std::string& bad : {"a " + kTokA + " weight=0", "a " + kTokA + " weight=-1", "a " + kTokA + " weight=x",
+                                 "a " + kTokA + " weight=2\na " + kTokB + " weight=3"}) {
+    EXPECT_EQ(ParseTokenFile(bad, &w).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST(ParseTokenFile, DuplicateTokenIsAnError) {
   absl::StatusOr<std::map<std::string, std::string>> t =
       ParseTokenFile("alice " + kTokA + "\nbob " + kTokB + "\nmallory " + kTokA + "\n");
@@ -199,6 +213,13 @@ TEST(AuthCreate, MissingOrMalformedFile) {
 // Admit
 
 // An Auth over TwoTokens() in a temp file, with the given options otherwise.
+// Options with room for several sessions of one token (the default allows one).
+AuthOptions ManySessions() {
+  AuthOptions o;
+  o.max_workers_per_token = 64;
+  return o;
+}
+
 struct AuthFixture {
   explicit AuthFixture(AuthOptions o = AuthOptions{}) {
     dir.Write(TwoTokens());
@@ -270,6 +291,7 @@ TEST(AuthAdmit, OpenJoinWithTokenFile) {
 
 TEST(AuthAdmit, JoinsPerTokenPerMinute) {
   AuthOptions o;
+  o.max_workers_per_token = 64;  // several sessions of one token
   o.max_joins_per_token_per_minute = 3;
   AuthFixture f(o);
   ASSERT_NE(f.auth, nullptr);
@@ -298,6 +320,7 @@ TEST(AuthAdmit, JoinsPerTokenPerMinute) {
 
 TEST(AuthAdmit, JoinsPerMinuteInAll) {
   AuthOptions o;
+  o.max_workers_per_token = 64;  // several sessions of one token
   o.max_joins_per_minute = 3;
   AuthFixture f(o);
   ASSERT_NE(f.auth, nullptr);
@@ -337,6 +360,7 @@ TEST(AuthAdmit, OpenJoinRateLimitsCountAsOneToken) {
 
 TEST(AuthAdmit, MaxWorkersCountsOpenSessions) {
   AuthOptions o;
+  o.max_workers_per_token = 64;  // several sessions of one token
   o.max_workers = 2;
   AuthFixture f(o);
   ASSERT_NE(f.auth, nullptr);
@@ -383,17 +407,18 @@ TEST(AuthAdmit, MaxWorkersPerToken) {
   EXPECT_EQ(auth->Stats().refused_join_limit, 3u);
 }
 
-TEST(AuthAdmit, OpenJoinWorkersCountAsOneToken) {
+TEST(AuthAdmit, OpenJoinsAreBoundedByMaxWorkersOnly) {
   AuthOptions o;
   o.open_join = true;
-  o.max_workers_per_token = 2;
+  o.max_workers = 3;
+  o.max_workers_per_token = 1;
   AuthFixture f(o);
   ASSERT_NE(f.auth, nullptr);
   Auth* auth = f.auth.get();
   Join(auth, 1, "");
-  Join(auth, 2, "");
-  EXPECT_EQ(auth->Admit("").status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE(auth->Admit(kTokA).ok());  // a token holder is counted apart
+  Join(auth, 2, "");  // the per-token bound does not apply to tokenless joins
+  EXPECT_TRUE(auth->Admit(kTokA).ok());  // a token holder: its one session
+  EXPECT_EQ(auth->Admit("").status().code(), absl::StatusCode::kResourceExhausted);  // 3 live in all
   auth->Close(1);
   EXPECT_TRUE(auth->Admit("").ok());
 }
@@ -403,7 +428,7 @@ TEST(AuthAdmit, OpenJoinWorkersCountAsOneToken) {
 
 
 TEST(AuthSession, KeysAreRandomHex) {
-  AuthFixture f;
+  AuthFixture f(ManySessions());
   ASSERT_NE(f.auth, nullptr);
   std::set<std::string> keys;
   for (uint64_t id = 1; id <= 50; ++id) {
@@ -470,7 +495,7 @@ TEST(AuthSession, CheckKeys) {
 }
 
 TEST(AuthSession, RevocationOnReload) {
-  AuthFixture f;
+  AuthFixture f(ManySessions());
   ASSERT_NE(f.auth, nullptr);
   const std::string ka = Join(f.auth.get(), 1, kTokA);
   const std::string ka2 = Join(f.auth.get(), 2, kTokA);
@@ -532,7 +557,7 @@ TEST(AuthSession, OpenJoinSessionsAreNeverRevoked) {
 }
 
 TEST(AuthSession, MalformedReloadKeepsPreviousTokens) {
-  AuthFixture f;
+  AuthFixture f(ManySessions());
   ASSERT_NE(f.auth, nullptr);
   const std::string ka = Join(f.auth.get(), 1, kTokA);
   // A broken file that would also drop alice: nothing changes.
@@ -589,6 +614,7 @@ TEST(AuthSession, UnforcedReloadOnlyWhenFileChanged) {
 
 TEST(AuthStream, SlotsPerWorker) {
   AuthOptions o;
+  o.max_workers_per_token = 64;  // several sessions of one token
   o.max_streams_per_worker = 2;
   AuthFixture f(o);
   ASSERT_NE(f.auth, nullptr);
@@ -690,7 +716,7 @@ TEST(AuthPush, AttemptsPerRound) {
 // Retain
 
 TEST(AuthRetain, KeepsOnlyLiveIds) {
-  AuthFixture f;
+  AuthFixture f(ManySessions());
   ASSERT_NE(f.auth, nullptr);
   std::map<uint64_t, std::string> keys;
   for (uint64_t id = 1; id <= 6; ++id) keys[id] = Join(f.auth.get(), id, kTokA);

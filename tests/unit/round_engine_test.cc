@@ -122,18 +122,21 @@ TEST(RoundEngine, DeadlineClosesRoundWithoutStraggler) {
   EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(f.engine.Snapshot().checksum, before);
   EXPECT_EQ(f.engine.Stats().rejected_wrong_round, 1u);
-  // Having missed a round it was expected in, it is not waited for in the next one (its
-  // late push proves it again only after a wait), but it may push while a round is open,
-  // and an accepted push makes it expected again.
+  // Having missed a round it was expected in, it is not waited for until its backoff (2
+  // rounds after the miss) has passed, however it pushes; it may push in any open round.
   ASSERT_TRUE(f.engine.Push(a.worker_id, 1, DensePayload({0, 0, 0, 0})).ok());
   EXPECT_EQ(f.engine.Stats().open_round, 2u);
-  ASSERT_TRUE(f.engine.Push(b.worker_id, 2, DensePayload({0, 0, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 2, DensePayload({0, 0, 0, 0})).ok());  // on time, within its backoff
   ASSERT_TRUE(f.engine.Push(a.worker_id, 2, DensePayload({0, 0, 0, 0})).ok());
   EXPECT_EQ(f.engine.Stats().open_round, 3u);
   ASSERT_TRUE(f.engine.Push(a.worker_id, 3, DensePayload({0, 0, 0, 0})).ok());
-  EXPECT_EQ(f.engine.Stats().open_round, 3u);  // waits for b
-  ASSERT_TRUE(f.engine.Push(b.worker_id, 3, DensePayload({0, 0, 0, 0})).ok());
-  EXPECT_EQ(f.engine.Stats().open_round, 4u);
+  EXPECT_EQ(f.engine.Stats().open_round, 4u);  // not waited for b
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 4, DensePayload({0, 0, 0, 0})).ok());  // past its backoff: proven
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 4, DensePayload({0, 0, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 5, DensePayload({0, 0, 0, 0})).ok());
+  EXPECT_EQ(f.engine.Stats().open_round, 5u);  // waits for b
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 5, DensePayload({0, 0, 0, 0})).ok());
+  EXPECT_EQ(f.engine.Stats().open_round, 6u);
 }
 
 // A worker that pushes the moment a round opens (a hostile volunteer sending noise) must not
@@ -258,8 +261,26 @@ TEST(RoundEngine, ZeroUpdatesCannotStopTrainingThroughScreening) {
     ASSERT_TRUE(f.engine.Push(z2.worker_id, r, DensePayload({0, 0, 0, 0})).ok());
     ASSERT_TRUE(f.engine.Push(a.worker_id, r, DensePayload({0, 3, 0, 0})).ok());
   }
-  // Zeros are left out of the statistics: a's update is applied, not clipped to zero.
-  EXPECT_FLOAT_EQ((*f.engine.Snapshot().params)[1], 1.0f - 3 * 1.0f);
+  // Zeros are left out of the statistics and of the mean: a's update is applied in full,
+  // neither clipped to zero nor diluted.
+  EXPECT_FLOAT_EQ((*f.engine.Snapshot().params)[1], 1.0f - 3 * 3.0f);
+}
+
+// An empty update does not complete the quorum: the round waits for a real one (else a
+// volunteer pushing zeros first would close it without the honest workers).
+TEST(RoundEngine, ZeroPushesDoNotMakeAQuorum) {
+  EngineOptions o = Fixture::Defaults();
+  o.min_quorum = 2;
+  Fixture f(o);
+  auto a = f.engine.Join("a"), b = f.engine.Join("b"), z = f.engine.Join("zero");
+  ASSERT_TRUE(f.engine.Push(z.worker_id, 0, DensePayload({0, 0, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 0, 0, 0})).ok());
+  f.clock.Advance(50);  // past every deadline
+  for (auto* w : {&a, &b, &z}) f.engine.Heartbeat(w->worker_id).IgnoreError();
+  f.engine.Tick();
+  EXPECT_EQ(f.engine.Stats().open_round, 0u);  // one real update: no quorum yet
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 0, DensePayload({1, 0, 0, 0})).ok());
+  EXPECT_EQ(f.engine.Stats().open_round, 1u);
 }
 
 TEST(RoundEngine, ARoundHoldsBoundedPayloadBytes) {
@@ -453,118 +474,6 @@ TEST(RoundEngine, ScreeningClipsAnOutlierToTheRobustThreshold) {
   EXPECT_EQ(st.screened.count("a"), 0u);
 }
 
-// Pushes that screening cannot touch, whatever the rest of the round brings, are summed on
-// arrival and not held: an outlier is still held and clipped at the close, exactly.
-TEST(RoundEngine, PushesTheScreenCannotTouchAreSummedOnArrival) {
-  Fixture f(Fixture::Defaults(), 4);
-  auto a = f.engine.Join("a"), b = f.engine.Join("b"), c = f.engine.Join("c"), e = f.engine.Join("evil");
-  for (uint64_t r = 0; r < 2; ++r)
-    for (auto* w : {&a, &b, &c, &e}) ASSERT_TRUE(f.engine.Push(w->worker_id, r, DensePayload({0, 0, 0, 1})).ok());
-  // Round 0 held pushes until the last: nothing was known about the norms yet.
-  EngineStats st = f.engine.Stats();
-  EXPECT_GT(st.held_bytes_peak, 0u);
-  const uint64_t before = st.summed_on_arrival;
-  // Round 2: history holds eight norms of 1; with three to come a norm of 1 is safe.
-  ASSERT_TRUE(f.engine.Push(a.worker_id, 2, DensePayload({1, 0, 0, 0})).ok());
-  ASSERT_TRUE(f.engine.Push(e.worker_id, 2, DensePayload({0, 0, 1000, 0})).ok());  // held
-  ASSERT_TRUE(f.engine.Push(b.worker_id, 2, DensePayload({0, 1, 0, 0})).ok());
-  st = f.engine.Stats();
-  EXPECT_EQ(st.summed_on_arrival - before, 2u);
-  EXPECT_EQ(st.open_round, 2u);
-  ASSERT_TRUE(f.engine.Push(c.worker_id, 2, DensePayload({1, 1, 0, 0})).ok());  // norm 1.41: safe too
-  st = f.engine.Stats();
-  EXPECT_EQ(st.summed_on_arrival - before, 3u);
-  EXPECT_EQ(st.open_round, 3u);
-  // Norms 1 x 8 (history), 1, 1, 1.414, 1000: median 1, MAD 0: evil clipped to 1.5.
-  ASSERT_EQ(st.screened.count("evil"), 1u);
-  EXPECT_EQ(st.screened.at("evil").clipped, 1u);
-  const std::vector<float> p = *f.engine.Snapshot().params;
-  EXPECT_FLOAT_EQ(p[0], 1.0f - 2.0f / 4);
-  EXPECT_FLOAT_EQ(p[1], 1.0f - 2.0f / 4);
-  EXPECT_FLOAT_EQ(p[2], 1.0f - 1.5f / 4);
-  EXPECT_FLOAT_EQ(p[3], 1.0f - 2.0f);  // rounds 0 and 1
-}
-
-// Below the quorum the round waits for joiners, and the bound counts one per missing push:
-// a lone first push of x1000 is held, and clipped by the pair rule when b arrives.
-TEST(RoundEngine, BelowTheQuorumTheBoundCountsTheJoinersToCome) {
-  EngineOptions o = Fixture::Defaults();
-  o.min_quorum = 2;
-  Fixture f(o);
-  auto a = f.engine.Join("evil");
-  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1000, 0, 0, 0})).ok());
-  auto b = f.engine.Join("b");
-  ASSERT_TRUE(f.engine.Push(b.worker_id, 0, DensePayload({1, 0, 0, 0})).ok());
-  ASSERT_EQ(f.engine.Stats().open_round, 1u);
-  EXPECT_EQ(f.engine.Stats().summed_on_arrival, 1u);  // b's, with the quorum there
-  EXPECT_FLOAT_EQ((*f.engine.Snapshot().params)[0], 1.0f - (4.0f + 1.0f) / 2);  // evil clipped to 4 x 1
-}
-
-// An id that joins after a round's first sum on arrival (a newcomer, or a worker rejoining
-// after an eviction) may push from the next round on: its norm could have lowered the
-// threshold below one already summed. Its refused push proves it.
-TEST(RoundEngine, AJoinerAfterASumOnArrivalPushesFromTheNextRound) {
-  Fixture f(Fixture::Defaults(), 4);
-  auto a = f.engine.Join("a"), b = f.engine.Join("b"), c = f.engine.Join("c");
-  for (uint64_t r = 0; r < 2; ++r)
-    for (auto* w : {&a, &b, &c}) ASSERT_TRUE(f.engine.Push(w->worker_id, r, DensePayload({0, 0, 0, 1})).ok());
-  const uint64_t before = f.engine.Stats().summed_on_arrival;
-  ASSERT_TRUE(f.engine.Push(a.worker_id, 2, DensePayload({0, 0, 0, 1})).ok());
-  ASSERT_EQ(f.engine.Stats().summed_on_arrival, before + 1);
-  auto d = f.engine.Join("rejoined");
-  absl::Status s = f.engine.Push(d.worker_id, 2, DensePayload({1e-3f, 0, 0, 0}));
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  EXPECT_EQ(f.engine.Push(d.worker_id, 2, DensePayload({NAN, 0, 0, 0})).code(), absl::StatusCode::kInvalidArgument);
-  ASSERT_TRUE(f.engine.Push(b.worker_id, 2, DensePayload({0, 0, 0, 1})).ok());
-  ASSERT_TRUE(f.engine.Push(c.worker_id, 2, DensePayload({0, 0, 0, 1})).ok());
-  auto u = f.engine.AwaitRound(2, 0);
-  ASSERT_TRUE(u.ok());
-  EXPECT_EQ(u->contributors, 3u);
-  // Proven by its refused push, d is expected in round 3 and its push counts.
-  for (auto* w : {&a, &b, &c}) ASSERT_TRUE(f.engine.Push(w->worker_id, 3, DensePayload({0, 0, 0, 1})).ok());
-  EXPECT_EQ(f.engine.Stats().open_round, 3u);  // waits for d
-  ASSERT_TRUE(f.engine.Push(d.worker_id, 3, DensePayload({0, 0, 0, 1})).ok());
-  EXPECT_EQ(f.engine.Stats().open_round, 4u);
-}
-
-// A newcomer after a sum on arrival may still push while the round lacks its quorum (it
-// cannot close without them), and the sums stay exact: the bound counted those slots.
-TEST(RoundEngine, NewcomersMayCompleteAQuorumAfterASumOnArrival) {
-  EngineOptions o = Fixture::Defaults();
-  o.min_quorum = 3;
-  Fixture f(o, 4);
-  auto a = f.engine.Join("a"), b = f.engine.Join("b"), c = f.engine.Join("c");
-  for (uint64_t r = 0; r < 2; ++r)
-    for (auto* w : {&a, &b, &c}) ASSERT_TRUE(f.engine.Push(w->worker_id, r, DensePayload({0, 0, 0, 1})).ok());
-  const uint64_t before = f.engine.Stats().summed_on_arrival;
-  ASSERT_TRUE(f.engine.Push(a.worker_id, 2, DensePayload({1, 0, 0, 0})).ok());
-  ASSERT_EQ(f.engine.Stats().summed_on_arrival, before + 1);  // 6 norms of 1 known, 4 to come at most
-  ASSERT_TRUE(f.engine.Leave(b.worker_id).ok());
-  ASSERT_TRUE(f.engine.Leave(c.worker_id).ok());
-  auto d = f.engine.Join("d"), e = f.engine.Join("e");
-  ASSERT_TRUE(f.engine.Push(d.worker_id, 2, DensePayload({0, 1, 0, 0})).ok());
-  ASSERT_TRUE(f.engine.Push(e.worker_id, 2, DensePayload({0, 0, 1, 0})).ok());
-  auto u = f.engine.AwaitRound(2, 0);
-  ASSERT_TRUE(u.ok());
-  EXPECT_EQ(u->contributors, 3u);
-  const std::vector<float> p = *f.engine.Snapshot().params;
-  for (int i = 0; i < 3; ++i) EXPECT_FLOAT_EQ(p[i], 1.0f - 1.0f / 3);
-}
-
-// max_round_bytes bounds only what is held: two workers run with room for one payload.
-TEST(RoundEngine, RoundBytesBoundOnlyHeldPayloads) {
-  EngineOptions o = Fixture::Defaults();
-  o.max_round_bytes = 100;  // one 4-float dense payload is 80 bytes
-  Fixture f(o, 4);
-  auto a = f.engine.Join("a"), b = f.engine.Join("b");
-  for (uint64_t r = 0; r < 5; ++r) {
-    ASSERT_TRUE(f.engine.Push(a.worker_id, r, DensePayload({1, 0, 0, 0})).ok()) << r;
-    ASSERT_TRUE(f.engine.Push(b.worker_id, r, DensePayload({0, 1, 0, 0})).ok()) << r;
-  }
-  EXPECT_EQ(f.engine.Stats().open_round, 5u);
-  EXPECT_EQ(f.engine.Stats().held_bytes_peak, 80u);  // a's first push only
-}
-
 TEST(RoundEngine, ScreeningRejectLeavesTheOutlierOut) {
   EngineOptions o = Fixture::Defaults();
   o.screen.mode = Robust::kReject;
@@ -586,9 +495,140 @@ TEST(RoundEngine, ScreeningUsesPreviousRoundsWhenTheQuorumIsSmall) {
   Fixture f(Fixture::Defaults(), 4);
   auto a = f.engine.Join("a");
   for (uint64_t r = 0; r < 3; ++r) ASSERT_TRUE(f.engine.Push(a.worker_id, r, DensePayload({0.5f, 0, 0, 0})).ok());
-  // Alone in round 3, a x1000 push is clipped against the norms of rounds 0-2.
-  ASSERT_TRUE(f.engine.Push(a.worker_id, 3, DensePayload({0, 500, 0, 0})).ok());
-  EXPECT_FLOAT_EQ((*f.engine.Snapshot().params)[1], 1.0f - 0.75f);  // 1.5 x median 0.5
+  // Alone in round 3, a x1000 push is clipped against the history: 1.5 x (2 x 0.5), the
+  // scale at its growth limit.
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 3, DensePayload({0.5f, 500, 0, 0})).ok());
+  const std::vector<float> p = *f.engine.Snapshot().params;
+  EXPECT_NEAR(p[1], 1.0f - 1.5f * 500 / std::hypot(0.5f, 500.0f), 1e-5);
+  EXPECT_EQ(f.engine.Stats().screened.at("a").clipped, 1u);
+}
+
+// Sessions that name one participant (a token's label) are one vote: their updates are
+// averaged into one, whatever their number.
+TEST(RoundEngine, ATokensSessionsAreOneVote) {
+  Fixture f(Fixture::Defaults(), 4);
+  auto a = f.engine.Join("a", "site-a"), b = f.engine.Join("b", "site-b");
+  std::vector<RoundEngine::Joined> sybils;
+  for (int i = 0; i < 3; ++i) sybils.push_back(f.engine.Join("s", "mallory"));
+  // (Once any session of a participant pushed, the participant is in: the sessions push first
+  // here, or the round would close without the others.)
+  for (auto& s : sybils) ASSERT_TRUE(f.engine.Push(s.worker_id, 0, DensePayload({1, 1, 0.3f, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 1, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 0, DensePayload({1, 1, 0, 0})).ok());
+  auto u = f.engine.AwaitRound(0, 0);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->contributors, 3u);  // three participants, not five
+  const std::vector<float> p = *f.engine.Snapshot().params;
+  EXPECT_FLOAT_EQ(p[2], 1.0f - 0.3f / 3);  // mallory's one vote among three
+  const EngineStats st = f.engine.Stats();
+  EXPECT_EQ(st.participants, 3u);
+  EXPECT_EQ(st.uncounted_pushes, 2u);
+}
+
+TEST(RoundEngine, AParticipantsWeightScalesItsVote) {
+  EngineOptions o = Fixture::Defaults();
+  o.screen.mode = Robust::kOff;
+  Fixture f(o, 2);
+  auto a = f.engine.Join("a", "trusted", 3.0f), b = f.engine.Join("b", "volunteer");
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 0, DensePayload({0, 1})).ok());
+  const std::vector<float> p = *f.engine.Snapshot().params;
+  EXPECT_FLOAT_EQ(p[0], 1.0f - 0.75f);
+  EXPECT_FLOAT_EQ(p[1], 1.0f - 0.25f);
+}
+
+// An update opposed to the round's robust reference is left out, and its session is told so
+// (all of it did not land); zeros are left out too instead of diluting the mean.
+TEST(RoundEngine, OpposedAndEmptyUpdatesDoNotCountAndAreTold) {
+  Fixture f(Fixture::Defaults(), 4);
+  auto a = f.engine.Join("a"), b = f.engine.Join("b"), e = f.engine.Join("evil"), z = f.engine.Join("zero");
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 0.2f, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 0, DensePayload({1, -0.2f, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(e.worker_id, 0, DensePayload({-1.2f, 0, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(z.worker_id, 0, DensePayload({0, 0, 0, 0})).ok());
+  auto u = f.engine.AwaitRound(0, 0);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->contributors, 2u);
+  const std::vector<float> p = *f.engine.Snapshot().params;
+  EXPECT_FLOAT_EQ(p[0], 0.0f);  // the mean of a and b alone
+  EXPECT_FLOAT_EQ(p[1], 1.0f);
+  ASSERT_NE(u->landed, nullptr);
+  for (uint64_t id : {e.worker_id, z.worker_id}) {
+    ASSERT_EQ(u->landed->count(id), 1u);
+    ASSERT_EQ(u->landed->at(id).size(), 1u);
+    EXPECT_EQ(u->landed->at(id)[0].fraction, 0.0f);
+    EXPECT_EQ(u->landed->at(id)[0].count, 4u);
+  }
+  EXPECT_EQ(u->landed->count(a.worker_id), 0u);  // counted in full: nothing to tell
+  EXPECT_EQ(f.engine.Stats().screened.at("evil").rejected, 1u);
+}
+
+// The sum runs in participant order, not arrival order: the same pushes give the same bits.
+TEST(RoundEngine, TheAggregateDoesNotDependOnArrivalOrder) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<std::vector<float>> deltas(5, std::vector<float>(64));
+  for (auto& d : deltas)
+    for (float& v : d) v = 1e-2f + g(rng) * 1e-3f;  // a common direction plus noise
+  std::vector<uint64_t> checksums;
+  for (std::vector<int> order : {std::vector<int>{0, 1, 2, 3, 4}, {4, 2, 0, 3, 1}, {3, 4, 1, 0, 2}}) {
+    Fixture f(Fixture::Defaults(), 64);
+    std::vector<RoundEngine::Joined> w;
+    for (int i = 0; i < 5; ++i) w.push_back(f.engine.Join("w", "p" + std::to_string(i)));
+    for (int i : order) ASSERT_TRUE(f.engine.Push(w[i].worker_id, 0, DensePayload(deltas[i])).ok());
+    checksums.push_back(f.engine.Snapshot().checksum);
+  }
+  EXPECT_EQ(checksums[0], checksums[1]);
+  EXPECT_EQ(checksums[0], checksums[2]);
+}
+
+// A participant that pushes in alternate rounds (and is silent in the others) is waited for
+// only logarithmically often: an on-time push does not prove it before its backoff passed.
+TEST(RoundEngine, AlternatingPushAndSilenceHoldsFewRoundsOpen) {
+  Fixture f;
+  auto a = f.engine.Join("a"), b = f.engine.Join("b"), s = f.engine.Join("alt");
+  int waited = 0;
+  for (uint64_t r = 0; r < 40; ++r) {
+    ASSERT_TRUE(f.engine.Push(a.worker_id, r, DensePayload({1, 0, 0, 0})).ok());
+    if (r % 2 == 0) {
+      ASSERT_TRUE(f.engine.Push(s.worker_id, r, DensePayload({1, 0, 0, 0})).ok());
+    }
+    ASSERT_TRUE(f.engine.Push(b.worker_id, r, DensePayload({1, 0, 0, 0})).ok());
+    if (f.engine.Stats().open_round == r) {  // waiting for s
+      ++waited;
+      f.clock.Advance(11);
+      for (auto* w : {&a, &b, &s}) f.engine.Heartbeat(w->worker_id).IgnoreError();
+      f.engine.Tick();
+    }
+    ASSERT_EQ(f.engine.Stats().open_round, r + 1);
+  }
+  EXPECT_LE(waited, 6);  // log2(40) + 1
+  EXPECT_EQ(f.engine.Stats().straggler_waits, static_cast<uint64_t>(waited));
+}
+
+// At a cold start silent joiners are expected (nobody is proven yet), but the straggler
+// clock starts at the first push: they hold round 0 for round_timeout_s, not the backstop.
+TEST(RoundEngine, SilentJoinersAtAColdStartHoldOneTimeoutAtMost) {
+  Fixture f;
+  auto a = f.engine.Join("a");
+  for (int i = 0; i < 3; ++i) f.engine.Join("sybil", "mallory" + std::to_string(i));
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 0, 0, 0})).ok());
+  f.clock.Advance(10.5);
+  f.engine.Heartbeat(a.worker_id).IgnoreError();
+  f.engine.Tick();
+  EXPECT_EQ(f.engine.Stats().open_round, 1u);
+}
+
+// The join counter is part of the state: a resumed engine hands out new data orders.
+TEST(RoundEngine, TheJoinCounterSurvivesARestart) {
+  Fixture f;
+  f.engine.Join("a");
+  f.engine.Join("b");
+  EngineState st = f.engine.ExportState();
+  EXPECT_EQ(st.joins, 2u);
+  FakeClock clock;
+  RoundEngine resumed(Fixture::Defaults(), st, &clock);
+  EXPECT_EQ(resumed.Join("c").join_index, 2u);
 }
 
 TEST(RoundEngine, PayloadsBeyondTheValueLimitAreRefused) {

@@ -1,255 +1,251 @@
-// NormScreen: the robust threshold (median + MAD, median factor), its sample minimum, the
-// history of accepted norms, and ParseRobust.
+// RobustAggregator: per-tensor norm bounds (this round's median, the history, the pair
+// rule, bounded growth), the direction and size checks, sessions merged into one vote,
+// the trimmed mean, what each participant is told, and ParseRobust. Checked against
+// independent computations of the same formulas in plain loops.
 #include "server/screen.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
-#include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
+
+#include "common/codec.h"
 
 namespace muloco {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kSigma = 1.4826;  // MAD -> Gaussian standard deviation
+std::string Dense(const std::vector<float>& v) { return Encode(DenseSegments(v.size()), v.data()); }
 
-ScreenOptions Opts(Robust mode = Robust::kClip, double mad_factor = 3.0, double median_factor = 1.5,
-                   size_t min_samples = 3, size_t history_rounds = 4) {
-  ScreenOptions o;
-  o.mode = mode;
-  o.mad_factor = mad_factor;
-  o.median_factor = median_factor;
-  o.min_samples = min_samples;
-  o.history_rounds = history_rounds;
-  return o;
+double Norm(const std::vector<float>& v, size_t from = 0, size_t to = SIZE_MAX) {
+  double s = 0;
+  for (size_t i = from; i < std::min(to, v.size()); ++i) s += double{v[i]} * v[i];
+  return std::sqrt(s);
 }
 
-TEST(NormScreen, DefaultsAreDocumented) {
-  ScreenOptions o;
-  EXPECT_EQ(o.mode, Robust::kClip);
-  EXPECT_DOUBLE_EQ(o.mad_factor, 3.0);
-  EXPECT_DOUBLE_EQ(o.median_factor, 1.5);
-  EXPECT_EQ(o.min_samples, 3u);
-  EXPECT_EQ(o.history_rounds, 4u);
-}
-
-TEST(NormScreen, OffIsInfinite) {
-  NormScreen s(Opts(Robust::kOff));
-  EXPECT_EQ(s.mode(), Robust::kOff);
-  EXPECT_EQ(s.Threshold({1, 2, 3, 4, 100}), kInf);
-  s.Remember({1, 1, 1, 1});
-  EXPECT_EQ(s.Threshold({1, 2, 3, 4, 100}), kInf);
-  EXPECT_EQ(s.Threshold({}), kInf);
-}
-
-TEST(NormScreen, TooFewSamplesJudgesByTheSmallest) {
-  NormScreen s(Opts(Robust::kClip, 3.0, 1.5, /*min_samples=*/3));
-  EXPECT_EQ(s.Threshold({}), kInf);
-  EXPECT_EQ(s.Threshold({5}), kInf);  // one norm alone cannot be judged
-  // A lone attacker beside one honest worker (a run's first round) is held to 4x the smaller.
-  EXPECT_DOUBLE_EQ(s.Threshold({5, 500}), 20.0);
-  EXPECT_DOUBLE_EQ(s.Threshold({500, 5}), 20.0);
-  EXPECT_TRUE(std::isfinite(s.Threshold({5, 5, 500})));
-
-  // min_samples 0 or 1: one sample is enough, none is not.
-  for (size_t min : {size_t{0}, size_t{1}}) {
-    NormScreen one(Opts(Robust::kClip, 3.0, 1.5, min));
-    EXPECT_EQ(one.Threshold({}), kInf) << min;
-    // median 4, MAD 0: max(4, 1.5 * 4) = 6.
-    EXPECT_DOUBLE_EQ(one.Threshold({4}), 6.0) << min;
-  }
-
-  NormScreen five(Opts(Robust::kReject, 3.0, 1.5, /*min_samples=*/5));
-  EXPECT_EQ(five.mode(), Robust::kReject);
-  EXPECT_DOUBLE_EQ(five.Threshold({1, 2, 3, 4}), 4.0);  // below min_samples: 4 x the smallest
-  EXPECT_TRUE(std::isfinite(five.Threshold({1, 2, 3, 4, 5})));
-}
-
-TEST(NormScreen, OddCountMadDominates) {
-  NormScreen s(Opts());
-  // Sorted 1 2 3 4 100: median 3; |x - 3| = 2 1 0 1 97 -> sorted 0 1 1 2 97: MAD 1.
-  // max(3 + 3 * 1.4826 * 1, 1.5 * 3) = max(7.4478, 4.5).
-  const double want = 3 + 3 * kSigma * 1;
-  EXPECT_DOUBLE_EQ(s.Threshold({100, 3, 1, 4, 2}), want);
-  EXPECT_NEAR(s.Threshold({1, 2, 3, 4, 100}), 7.4478, 1e-12);
-  // Order does not matter.
-  EXPECT_DOUBLE_EQ(s.Threshold({4, 100, 2, 1, 3}), want);
-}
-
-TEST(NormScreen, EvenCountAveragesMiddlePair) {
-  NormScreen s(Opts());
-  // Sorted 1 2 4 10: median (2 + 4) / 2 = 3; |x - 3| = 2 1 1 7 -> sorted 1 1 2 7: MAD 1.5.
-  // max(3 + 3 * 1.4826 * 1.5, 4.5) = 9.6717.
-  EXPECT_NEAR(s.Threshold({10, 4, 1, 2}), 3 + 3 * kSigma * 1.5, 1e-12);
-  EXPECT_NEAR(s.Threshold({10, 4, 1, 2}), 9.6717, 1e-12);
-  // Sorted 1 2 3 5 7 8: median 4; |x - 4| = 3 2 1 1 3 4 -> 1 1 2 3 3 4: MAD 2.5.
-  // max(4 + 3 * 1.4826 * 2.5, 6) = 15.1195.
-  EXPECT_NEAR(s.Threshold({5, 1, 3, 8, 2, 7}), 4 + 3 * kSigma * 2.5, 1e-12);
-  EXPECT_NEAR(s.Threshold({8, 7, 5, 3, 2, 1}), 15.1195, 1e-12);
-  // Two samples (min_samples 2): median of 2 and 6 is 4, MAD 2: 4 + 3 * 1.4826 * 2.
-  NormScreen two(Opts(Robust::kClip, 3.0, 1.5, 2));
-  EXPECT_NEAR(two.Threshold({6, 2}), 4 + 3 * kSigma * 2, 1e-12);
-}
-
-TEST(NormScreen, MedianFactorDominates) {
-  NormScreen s(Opts());
-  // 9 10 11: median 10, MAD 1: max(10 + 4.4478, 15) = 15.
-  EXPECT_DOUBLE_EQ(s.Threshold({11, 9, 10}), 15.0);
-  // All equal: MAD 0: max(10, 15) = 15.
-  EXPECT_DOUBLE_EQ(s.Threshold({10, 10, 10, 10}), 15.0);
-  // Even count: sorted 8 9 11 12: median 10; |x - 10| = 2 1 1 2: MAD 1.5:
-  // max(10 + 6.6717, 15) = 16.6717; with median_factor 2: max(16.6717, 20) = 20.
-  EXPECT_NEAR(s.Threshold({12, 8, 11, 9}), 10 + 3 * kSigma * 1.5, 1e-12);
-  NormScreen wide(Opts(Robust::kClip, 3.0, 2.0));
-  EXPECT_DOUBLE_EQ(wide.Threshold({12, 8, 11, 9}), 20.0);
-  // mad_factor 0 leaves only the median terms: max(10, 1.5 * 10).
-  NormScreen nomad(Opts(Robust::kClip, 0.0, 1.5));
-  EXPECT_DOUBLE_EQ(nomad.Threshold({1, 10, 100}), 15.0);
-  // median_factor 1 and MAD 0: the threshold is the median itself.
-  NormScreen tight(Opts(Robust::kClip, 3.0, 1.0));
-  EXPECT_DOUBLE_EQ(tight.Threshold({7, 7, 7}), 7.0);
-}
-
-TEST(NormScreen, OneOutlierCannotRaiseTheThresholdMuch) {
-  NormScreen s(Opts());
-  // Sorted 1 1 1 1 1e9: median 1, MAD 0 -> max(1, 1.5) = 1.5, however large the outlier.
-  EXPECT_DOUBLE_EQ(s.Threshold({1, 1, 1e9, 1, 1}), 1.5);
-  EXPECT_DOUBLE_EQ(s.Threshold({1, 1, 1e300, 1, 1}), 1.5);
-}
-
-TEST(NormScreen, HistoryJoinsTheRoundsNorms) {
-  NormScreen s(Opts());  // min_samples 3
-  EXPECT_EQ(s.Threshold({2}), kInf);
-  s.Remember({1});
-  EXPECT_DOUBLE_EQ(s.Threshold({2}), 4.0);  // 2 samples: 4 x the smallest
-  s.Remember({3});
-  // Samples 2 | 1 | 3: median 2, MAD 1: max(2 + 4.4478, 3).
-  EXPECT_NEAR(s.Threshold({2}), 2 + 3 * kSigma, 1e-12);
-  // An empty round still has the history.
-  s.Remember({2});
-  // Samples 1 3 2: the same.
-  EXPECT_NEAR(s.Threshold({}), 2 + 3 * kSigma, 1e-12);
-  // History shifts the median: samples 100 100 100 | 1 | 3 | 2 -> sorted 1 2 3 100 100 100:
-  // median (3 + 100) / 2 = 51.5; |x - 51.5| = 50.5 49.5 48.5 48.5 48.5 48.5 -> MAD 48.5.
-  EXPECT_NEAR(s.Threshold({100, 100, 100}), 51.5 + 3 * kSigma * 48.5, 1e-9);
-  // Empty rounds are remembered as rounds too (they take a history slot).
-  NormScreen e(Opts(Robust::kClip, 3.0, 1.5, 1, /*history_rounds=*/1));
-  e.Remember({4});
-  EXPECT_DOUBLE_EQ(e.Threshold({}), 6.0);
-  e.Remember({});
-  EXPECT_EQ(e.Threshold({}), kInf);
-}
-
-TEST(NormScreen, HistoryIsCappedAtHistoryRounds) {
-  NormScreen s(Opts(Robust::kClip, 3.0, 1.5, /*min_samples=*/1, /*history_rounds=*/2));
-  s.Remember({100, 100, 100});
-  s.Remember({1});
-  // Both rounds count: samples 2 | 100 100 100 | 1 -> sorted 1 2 100 100 100: median 100,
-  // |x - 100| = 99 98 0 0 0 -> MAD 0: max(100, 150) = 150.
-  EXPECT_DOUBLE_EQ(s.Threshold({2}), 150.0);
-  s.Remember({2});
-  // The oldest round (the hundreds) is gone: samples 3 | 1 | 2: median 2, MAD 1.
-  EXPECT_NEAR(s.Threshold({3}), 2 + 3 * kSigma, 1e-12);
-  s.Remember({50});
-  // Now 2 and 50 remain: samples 2 50: median 26, MAD 24.
-  EXPECT_NEAR(s.Threshold({}), 26 + 3 * kSigma * 24, 1e-9);
-  s.Remember({7});
-  s.Remember({7});
-  // Only the last two: 7 7: median 7, MAD 0 -> 10.5.
-  EXPECT_DOUBLE_EQ(s.Threshold({}), 10.5);
-}
-
-TEST(NormScreen, ManyRoundsKeepOnlyTheLastFour) {
-  NormScreen s(Opts(Robust::kClip, 3.0, 1.5, /*min_samples=*/4, /*history_rounds=*/4));
-  for (int r = 0; r < 10; ++r) s.Remember({1000.0 + r});
-  // Four rounds: samples 1006 1007 1008 1009 -> median 1007.5, MAD 1 -> max(1011.9478, 1511.25).
-  // (Five rounds would give median 1007 -> 1510.5; all ten, median 1004.5 -> 1506.75.)
-  EXPECT_NEAR(s.Threshold({}), 1.5 * 1007.5, 1e-9);
-  NormScreen five(Opts(Robust::kClip, 3.0, 1.5, /*min_samples=*/5, /*history_rounds=*/4));
-  for (int r = 0; r < 10; ++r) five.Remember({1.0});
-  EXPECT_DOUBLE_EQ(five.Threshold({}), 4.0);  // only 4 samples remembered: 4 x the smallest
-  EXPECT_DOUBLE_EQ(five.Threshold({1.0}), 1.5);
-}
-
-TEST(NormScreen, ZeroHistoryRoundsRemembersNothing) {
-  NormScreen s(Opts(Robust::kClip, 3.0, 1.5, /*min_samples=*/3, /*history_rounds=*/0));
-  s.Remember({1, 1, 1, 1});
-  s.Remember({2, 2});
-  EXPECT_DOUBLE_EQ(s.Threshold({5, 5}), 20.0);  // nothing remembered: two norms, 4 x the smaller
-  EXPECT_DOUBLE_EQ(s.Threshold({5, 5, 5}), 7.5);
-}
-
-// SafeBound's promise: however the round ends (any `unknown` more norms, zeros, tiny or
-// huge ones), the final threshold is at least the bound. Random rounds, histories and options.
-TEST(NormScreen, SafeBoundHoldsForEveryWayTheRoundCanEnd) {
-  std::mt19937_64 rng(7);
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
-  auto norm = [&] {
-    const double r = unit(rng);
-    if (r < 0.15) return 0.0;                 // an empty update
-    if (r < 0.25) return 1e-9 * unit(rng);    // far below the rest
-    if (r < 0.35) return 1e3 * (1 + unit(rng));  // an attacker
-    return 0.5 + unit(rng);                   // honest
-  };
-  int promised = 0;
-  for (int trial = 0; trial < 20000; ++trial) {
-    NormScreen s(Opts(Robust::kClip, 1 + 3 * unit(rng), 1 + unit(rng), 1 + rng() % 5, rng() % 5));
-    for (int r = static_cast<int>(rng() % 5); r > 0; --r) {
-      std::vector<double> accepted(rng() % 6);
-      for (double& v : accepted) v = norm();
-      s.Remember(accepted);
+// Holds the payload bytes the contributions view.
+struct Round {
+  std::vector<std::string> bytes;
+  std::vector<Contribution> in;
+  void Add(const std::string& name, std::vector<std::vector<float>> sessions, bool proven = true, float weight = 1) {
+    bytes.reserve(64);  // views stay valid: no reallocation in these tests
+    Contribution c;
+    c.name = name;
+    c.weight = weight;
+    c.proven = proven;
+    for (const auto& s : sessions) {
+      bytes.push_back(Dense(s));
+      c.payloads.push_back(bytes.back());
     }
-    std::vector<double> known(rng() % 8);
-    for (double& v : known) v = norm();
-    const size_t unknown = rng() % 8;
-    const double bound = s.SafeBound(known, unknown);
-    promised += bound > 0;
-    for (int ending = 0; ending < 4; ++ending) {
-      std::vector<double> all = known;
-      for (size_t i = 0; i < unknown; ++i)
-        if (unit(rng) < 0.8) all.push_back(ending == 0 ? 1e-12 : norm());  // some never push
-      ASSERT_GE(s.Threshold(all), bound) << "trial " << trial;
+    in.push_back(std::move(c));
+  }
+};
+
+// Honest updates: a common direction plus noise, as workers' pseudo-gradients are.
+std::vector<std::vector<float>> Honest(size_t k, size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> common(n);
+  for (float& v : common) v = g(rng);
+  std::vector<std::vector<float>> out(k, std::vector<float>(n));
+  for (auto& d : out)
+    for (size_t i = 0; i < n; ++i) d[i] = 1e-2f * (common[i] + 0.8f * g(rng));
+  return out;
+}
+
+std::vector<float> PlainMean(const std::vector<std::vector<float>>& v) {
+  std::vector<float> m(v[0].size(), 0.0f);
+  for (const auto& d : v)
+    for (size_t i = 0; i < m.size(); ++i) m[i] += d[i];
+  for (float& x : m) x *= 1.0f / static_cast<float>(v.size());
+  return m;
+}
+
+TEST(RobustAggregator, CleanUpdatesCountInFullAndGiveThePlainMeanBitForBit) {
+  const size_t n = 96;
+  RobustAggregator agg(ScreenOptions{}, ChunksOf({32, 32, 32}), n, 2);
+  for (uint32_t round = 0; round < 5; ++round) {
+    const auto honest = Honest(4, n, 100 + round);
+    Round r;
+    for (size_t i = 0; i < honest.size(); ++i) r.Add("h" + std::to_string(i), {honest[i]}, round > 0);
+    std::vector<float> out(n);
+    const std::vector<Verdict> v = agg.Aggregate(r.in, out.data());
+    for (const Verdict& x : v) {
+      EXPECT_EQ(x.weight, 1.0) << round << " " << x.reason << " cos " << x.cosine;
+      EXPECT_GT(x.cosine, 0.5);
+    }
+    const std::vector<float> want = PlainMean(honest);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], want[i]) << round << " " << i;
+  }
+}
+
+TEST(RobustAggregator, OffSumsEverythingByWeight) {
+  RobustAggregator agg(ScreenOptions{Robust::kOff}, ChunksOf({2}), 2, 1);
+  Round r;
+  r.Add("a", {{1, 0}}, true, 1);
+  r.Add("b", {{0, 0}}, true, 1);     // zeros count when screening is off
+  r.Add("c", {{1000, -8}}, true, 2);  // and nothing is clipped
+  std::vector<float> out(2);
+  const auto v = agg.Aggregate(r.in, out.data());
+  EXPECT_FLOAT_EQ(out[0], (1 + 2000) / 4.0f);
+  EXPECT_FLOAT_EQ(out[1], -16 / 4.0f);
+  EXPECT_EQ(v[2].weight, 2.0);
+}
+
+// All of an attacker's budget on one small tensor: that tensor is clipped to chunk_factor x
+// its own median norm, however small a share of the whole update it is.
+TEST(RobustAggregator, ATensorIsBoundedByItsOwnHonestScale) {
+  const size_t n = 68;  // a 64-element matrix and a 4-element gain
+  auto honest = Honest(3, n, 1);
+  std::vector<float> evil = honest[0];
+  for (size_t i = 64; i < 68; ++i) evil[i] = 5.0f;  // the gain: 100x its honest size
+  Round r;
+  for (size_t i = 0; i < 3; ++i) r.Add("h", {honest[i]});
+  r.Add("evil", {evil});
+  RobustAggregator agg(ScreenOptions{}, ChunksOf({64, 4}), n, 1);
+  std::vector<float> out(n);
+  const auto v = agg.Aggregate(r.in, out.data());
+  std::vector<double> gains;  // each participant's gain norm
+  for (size_t i = 0; i < 4; ++i) gains.push_back(Norm(i < 3 ? honest[i] : evil, 64));
+  std::vector<double> sorted = gains;
+  std::sort(sorted.begin(), sorted.end());
+  const double bound = 1.5 * 0.5 * (sorted[1] + sorted[2]);  // the median of four norms
+  EXPECT_EQ(v[3].clipped, 1u);
+  ASSERT_EQ(v[3].landed.size(), 2u);
+  EXPECT_FLOAT_EQ(v[3].landed[0], static_cast<float>(v[3].weight));
+  EXPECT_NEAR(v[3].landed[1], v[3].weight * bound / gains[3], 1e-6);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(v[i].clipped, 0u);
+  // What the gain moved: at most a quarter of the bound beyond the honest mean's.
+  std::vector<float> gain_out(out.begin() + 64, out.end());
+  EXPECT_LT(Norm(gain_out), Norm(PlainMean({honest[0], honest[1], honest[2]}), 64) + bound / 4 + 1e-6);
+}
+
+// An update against the robust reference (the coordinate-wise median) is left out whole; one
+// that carries little of it (noise) is weighed by its agreement; a tiny one by its size.
+TEST(RobustAggregator, DirectionAndSizeChecksWeighUpdates) {
+  const size_t n = 256;
+  auto honest = Honest(3, n, 2);
+  const std::vector<float> mean = PlainMean(honest);
+  std::vector<float> opposed(n), tiny(n), noise(n);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (size_t i = 0; i < n; ++i) {
+    opposed[i] = -1.4f * mean[i];
+    tiny[i] = 0.1f * honest[0][i];
+    noise[i] = 1e-2f * g(rng);
+  }
+  for (const auto& [name, attack, reason] :
+       {std::tuple{"opposed", opposed, "opposed"}, std::tuple{"tiny", tiny, "small"},
+        std::tuple{"noise", noise, "weak"}}) {
+    Round r;
+    for (size_t i = 0; i < 3; ++i) r.Add("h", {honest[i]});
+    r.Add(name, {attack});
+    RobustAggregator agg(ScreenOptions{}, ChunksOf({n}), n, 1);
+    std::vector<float> out(n);
+    const auto v = agg.Aggregate(r.in, out.data());
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(v[i].weight, 1.0) << name;
+    EXPECT_STREQ(v[3].reason, reason) << name;
+    EXPECT_LT(v[3].weight, std::string(name) == "opposed" ? 1e-12 : 0.5) << name << " cos " << v[3].cosine;
+    // The aggregate is the weighted mean: its cosine to the honest mean stays high.
+    double dot = 0;
+    for (size_t i = 0; i < n; ++i) dot += double{out[i]} * mean[i];
+    EXPECT_GT(dot / (Norm(out) * Norm(mean)), 0.95) << name;
+  }
+}
+
+TEST(RobustAggregator, SessionsOfOneParticipantAreAveraged) {
+  RobustAggregator agg(ScreenOptions{Robust::kOff}, ChunksOf({2}), 2, 1);
+  Round r;
+  r.Add("a", {{1, 1}});
+  r.Add("sybil", {{3, 0}, {5, 0}, {7, 0}});  // one vote: their mean (5, 0)
+  std::vector<float> out(2);
+  agg.Aggregate(r.in, out.data());
+  EXPECT_FLOAT_EQ(out[0], 3.0f);
+  EXPECT_FLOAT_EQ(out[1], 0.5f);
+}
+
+// With fewer than min_samples proven participants, the bound comes from the history; with
+// no history either (a first round), from the smallest norm (pair rule).
+TEST(RobustAggregator, FewParticipantsFallBackToHistoryThenThePairRule) {
+  RobustAggregator agg(ScreenOptions{}, ChunksOf({2}), 2, 1);
+  std::vector<float> out(2);
+  Round first;  // round 0: a pair, no history
+  first.Add("a", {{1, 0}}, false);
+  first.Add("evil", {{100, 0}}, false);
+  auto v = agg.Aggregate(first.in, out.data());
+  EXPECT_FLOAT_EQ(out[0], (1 + 4) / 2.0f);  // clipped to 4 x the smallest
+  EXPECT_EQ(v[1].clipped, 1u);
+  Round second;  // history: the accepted norms 1 and 4, median 2.5, which may double in a round
+  second.Add("a", {{1, 0.1f}});
+  second.Add("evil", {{100, 0}});
+  v = agg.Aggregate(second.in, out.data());
+  EXPECT_NEAR(v[1].norm, 1.5 * 2 * 2.5, 1e-5);
+}
+
+// Colluders that proved themselves and then push x1e5 as a majority cannot ratchet a
+// tensor's scale: it grows at most `growth` (2) x per round.
+TEST(RobustAggregator, AMajorityCannotRatchetTheScale) {
+  RobustAggregator agg(ScreenOptions{}, ChunksOf({4}), 4, 1);
+  std::vector<float> out(4);
+  for (int round = 0; round < 6; ++round) {
+    const bool attack = round >= 2;  // rounds 0-1: everyone honest, scale 1
+    Round r;
+    r.Add("h1", {{1, 0, 0, 0}}, round > 0);
+    r.Add("h2", {{1, 0.1f, 0, 0}}, round > 0);
+    for (int k = 0; k < 3; ++k) r.Add("c" + std::to_string(k), {{attack ? 1e5f : 1.0f, 0, 0, 0}}, round > 0);
+    const auto v = agg.Aggregate(r.in, out.data());
+    if (attack) {
+      EXPECT_NEAR(v[2].norm, 1.5 * std::pow(2.0, round - 1), 1e-3) << round;  // 3, 6, 12, 24
     }
   }
-  EXPECT_GT(promised, 5000);  // and it promises something in most rounds with enough norms
 }
 
-TEST(NormScreen, SafeBoundFollowsTheLowestMedianTheRoundCanReach) {
-  NormScreen s(Opts());
-  EXPECT_EQ(s.SafeBound({1.0}, 3), 0.0);          // one norm, three to come: no promise
-  EXPECT_EQ(s.SafeBound({1.0, 2.0}, 0), 4.0);     // nothing to come: Threshold (here the pair rule)
-  s.Remember({1, 1, 1, 1});
-  s.Remember({1, 1, 1, 1});
-  // 8 remembered norms of 1, 4 pushes to come: the median of 12 can fall to the 2nd-smallest
-  // known (1), never lower: 1.5 x 1.
-  EXPECT_DOUBLE_EQ(s.SafeBound({}, 4), 1.5);
-  EXPECT_EQ(s.SafeBound({}, 8), 0.0);             // 8 unknowns could outvote 8 known
-  EXPECT_EQ(s.SafeBound({1.2}, 0), s.Threshold({1.2}));
-  NormScreen off(Opts(Robust::kOff));
-  EXPECT_EQ(off.SafeBound({}, 100), kInf);
+TEST(RobustAggregator, TrimmedMeanDropsTheExtremesOfEachCoordinate) {
+  ScreenOptions o;
+  o.mode = Robust::kTrimmed;
+  o.trim = 0.2;
+  RobustAggregator agg(o, ChunksOf({3}), 3, 1);
+  Round r;
+  const std::vector<std::vector<float>> d = {{1, 2, 3}, {2, 3, 1}, {3, 1, 2}, {2, 2, 2}, {2.5f, 1.5f, 2}};
+  for (const auto& x : d) r.Add("w", {x});
+  std::vector<float> out(3);
+  agg.Aggregate(r.in, out.data());
+  for (size_t j = 0; j < 3; ++j) {
+    std::vector<float> col;
+    for (const auto& x : d) col.push_back(x[j]);
+    std::sort(col.begin(), col.end());
+    EXPECT_FLOAT_EQ(out[j], (col[1] + col[2] + col[3]) / 3) << j;  // one dropped at each end
+  }
 }
 
-TEST(ParseRobust, AcceptsTheThreeModes) {
-  Robust r = Robust::kClip;
+TEST(RobustAggregator, NothingToAggregateGivesZero) {
+  RobustAggregator agg(ScreenOptions{}, ChunksOf({3}), 3, 1);
+  std::vector<float> out(3, 7.0f);
+  EXPECT_TRUE(agg.Aggregate({}, out.data()).empty());
+  for (float v : out) EXPECT_EQ(v, 0.0f);
+  Round zeros;
+  zeros.Add("z", {{0, 0, 0}});
+  const auto v = agg.Aggregate(zeros.in, out.data());
+  EXPECT_EQ(v[0].weight, 0.0);
+  EXPECT_STREQ(v[0].reason, "empty");
+  for (float x : out) EXPECT_EQ(x, 0.0f);
+}
+
+TEST(ParseRobust, KnownModes) {
+  Robust r;
   ASSERT_TRUE(ParseRobust("off", &r));
   EXPECT_EQ(r, Robust::kOff);
-  ASSERT_TRUE(ParseRobust("reject", &r));
-  EXPECT_EQ(r, Robust::kReject);
   ASSERT_TRUE(ParseRobust("clip", &r));
   EXPECT_EQ(r, Robust::kClip);
-}
-
-TEST(ParseRobust, RefusesAnythingElse) {
-  const std::vector<std::string> bads = {"",     "Off", "CLIP", "Reject",   " clip", "clip ", "clip\n",
-                                         "none", "on",  "true", "clipping", "rejec", std::string("off\0x", 5)};
-  for (const std::string& bad : bads) {
-    Robust r = Robust::kReject;
-    EXPECT_FALSE(ParseRobust(bad, &r)) << "'" << bad << "'";
-    EXPECT_EQ(r, Robust::kReject) << "'" << bad << "' changed the output";
-  }
+  ASSERT_TRUE(ParseRobust("reject", &r));
+  EXPECT_EQ(r, Robust::kReject);
+  ASSERT_TRUE(ParseRobust("trimmed", &r));
+  EXPECT_EQ(r, Robust::kTrimmed);
+  EXPECT_FALSE(ParseRobust("median", &r));
+  EXPECT_FALSE(ParseRobust("", &r));
 }
 
 }  // namespace
