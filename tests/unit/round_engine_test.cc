@@ -124,18 +124,18 @@ TEST(RoundEngine, DeadlineClosesRoundWithoutStraggler) {
   EXPECT_EQ(f.engine.Stats().rejected_wrong_round, 1u);
   // Having missed a round it was expected in, it is not waited for until its backoff (2
   // rounds after the miss) has passed, however it pushes; it may push in any open round.
-  ASSERT_TRUE(f.engine.Push(a.worker_id, 1, DensePayload({0, 0, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 1, DensePayload({0, 0, 0, 1e-3f})).ok());
   EXPECT_EQ(f.engine.Stats().open_round, 2u);
-  ASSERT_TRUE(f.engine.Push(b.worker_id, 2, DensePayload({0, 0, 0, 0})).ok());  // on time, within its backoff
-  ASSERT_TRUE(f.engine.Push(a.worker_id, 2, DensePayload({0, 0, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 2, DensePayload({0, 0, 0, 1e-3f})).ok());  // on time, within its backoff
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 2, DensePayload({0, 0, 0, 1e-3f})).ok());
   EXPECT_EQ(f.engine.Stats().open_round, 3u);
-  ASSERT_TRUE(f.engine.Push(a.worker_id, 3, DensePayload({0, 0, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 3, DensePayload({0, 0, 0, 1e-3f})).ok());
   EXPECT_EQ(f.engine.Stats().open_round, 4u);  // not waited for b
-  ASSERT_TRUE(f.engine.Push(b.worker_id, 4, DensePayload({0, 0, 0, 0})).ok());  // past its backoff: proven
-  ASSERT_TRUE(f.engine.Push(a.worker_id, 4, DensePayload({0, 0, 0, 0})).ok());
-  ASSERT_TRUE(f.engine.Push(a.worker_id, 5, DensePayload({0, 0, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 4, DensePayload({0, 0, 0, 1e-3f})).ok());  // past its backoff: proven
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 4, DensePayload({0, 0, 0, 1e-3f})).ok());
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 5, DensePayload({0, 0, 0, 1e-3f})).ok());
   EXPECT_EQ(f.engine.Stats().open_round, 5u);  // waits for b
-  ASSERT_TRUE(f.engine.Push(b.worker_id, 5, DensePayload({0, 0, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 5, DensePayload({0, 0, 0, 1e-3f})).ok());
   EXPECT_EQ(f.engine.Stats().open_round, 6u);
 }
 
@@ -146,7 +146,7 @@ TEST(RoundEngine, AnEarlyMinorityCannotStartTheStragglerClock) {
   o.heartbeat_timeout_s = 1000;           // everyone stays a member; only the deadlines are at play
   Fixture f(o);
   auto h0 = f.engine.Join("h0"), h1 = f.engine.Join("h1"), m = f.engine.Join("early");
-  for (auto* w : {&h0, &h1, &m}) ASSERT_TRUE(f.engine.Push(w->worker_id, 0, DensePayload({0, 0, 0, 0})).ok());
+  for (auto* w : {&h0, &h1, &m}) ASSERT_TRUE(f.engine.Push(w->worker_id, 0, DensePayload({0, 0, 0, 1e-3f})).ok());
   ASSERT_EQ(f.engine.Stats().open_round, 1u);  // all three proven: three expected
   ASSERT_TRUE(f.engine.Push(m.worker_id, 1, DensePayload({1, 1, 1, 1})).ok());
   f.clock.Advance(15);  // past round_timeout_s after the early push
@@ -241,9 +241,9 @@ TEST(RoundEngine, AStallingProvenIdHoldsFewRoundsOpen) {
   int held_open = 0;
   for (uint64_t r = 1; r < 40; ++r) {
     // s proves itself with a valid push for the round that just closed, whenever it may...
-    EXPECT_EQ(f.engine.Push(s.worker_id, r - 1, DensePayload({0, 0, 0, 0})).code(),
+    EXPECT_EQ(f.engine.Push(s.worker_id, r - 1, DensePayload({0, 0, 0, 1e-3f})).code(),
               absl::StatusCode::kFailedPrecondition);
-    ASSERT_TRUE(f.engine.Push(a.worker_id, r, DensePayload({0, 0, 0, 0})).ok());
+    ASSERT_TRUE(f.engine.Push(a.worker_id, r, DensePayload({0, 0, 0, 1e-3f})).ok());
     if (f.engine.Stats().open_round == r) {  // ...and then stalls the rounds it is expected in
       ++held_open;
       wait_out();
@@ -373,14 +373,14 @@ TEST(RoundEngine, FinalRoundEndsTheRunAndOldRoundsNeedResync) {
   o.keep_rounds = 1;
   Fixture f(o);
   auto a = f.engine.Join("a");
-  for (uint64_t r = 0; r < 3; ++r) ASSERT_TRUE(f.engine.Push(a.worker_id, r, DensePayload({0, 0, 0, 0})).ok());
+  for (uint64_t r = 0; r < 3; ++r) ASSERT_TRUE(f.engine.Push(a.worker_id, r, DensePayload({0, 0, 0, 1e-3f})).ok());
   auto last = f.engine.AwaitRound(2, 0);
   ASSERT_TRUE(last.ok());
   EXPECT_TRUE(last->done);
   EXPECT_TRUE(f.engine.Stats().done);
   EXPECT_EQ(f.engine.AwaitRound(0, 0).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(f.engine.AwaitRound(3, 0).status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(f.engine.Push(a.worker_id, 3, DensePayload({0, 0, 0, 0})).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(f.engine.Push(a.worker_id, 3, DensePayload({0, 0, 0, 1e-3f})).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(RoundEngine, AwaitOpenRoundTimesOutWithDeadlineExceeded) {
