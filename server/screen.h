@@ -42,7 +42,8 @@ enum class Robust {
 
 struct ScreenOptions {
   Robust mode = Robust::kClip;
-  double chunk_factor = 1.5;  // a tensor's norm above chunk_factor x its honest scale is clipped to that
+  double chunk_factor = 1.0;  // a tensor's norm above chunk_factor x its honest scale is clipped to that
+                              // (1: to the median; an update in the honest direction cannot enlarge the step)
   double pair_factor = 4.0;   // no statistics and no history (a first round): bound = pair_factor x the smallest
   double growth = 2.0;        // a scale from this round's median is at most growth x last round's
   size_t min_samples = 3;     // participants needed for this round's own statistics (else the history)

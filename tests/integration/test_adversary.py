@@ -5,7 +5,10 @@ joins. The server stays up, the honest workers finish with a validation loss wit
 the same run without the attacker, and every attack shows in the server's metrics. A
 second test floods the server with joins, idle streams and an oversized message and checks
 that its memory and threads stay bounded while an honest run finishes."""
+import os
 import re
+import subprocess
+import sys
 import threading
 import time
 import unittest
@@ -14,7 +17,7 @@ import urllib.request
 import grpc
 
 import muloco.v1.muloco_pb2 as pb
-from harness import TINY, ClusterTest
+from harness import BUILD, TINY, ClusterTest
 from peer import Peer, code_of, gpt_shapes, lloyd_payload
 
 HONEST = ["honest-token-a-0123456789", "honest-token-b-0123456789"]  # one per honest site
@@ -138,6 +141,27 @@ class Adversary(ClusterTest):
         self.assertEqual(metric(m, "muloco_downlink_resets_total"), 0)
         for i in range(2):  # the honest workers were never kicked out
             self.assertNotRegex(server.text(), rf"evicting worker \d+ \(honest{i}")
+
+    def test_valid_hostile_updates_are_bounded(self):
+        """Well-formed hostile updates from token holders (bench/attacks.py with the independent
+        client of attacks.py): each attack in its own run beside two honest workers, two seeds,
+        the honest workers' mean final loss compared with the clean runs of the same seeds.
+        Bound: 1% (the aim for one hostile volunteer); measured at HEAD in bench/README."""
+        out = self.path("attacks.md")
+        names = ["scale-1000", "one_tensor", "stealthy", "zeros", "negated_replay", "sybil3-stealthy"]
+        bench = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "attacks.py")
+        r = subprocess.run([sys.executable, bench, "--build", BUILD, "--seeds", "2", "--attacks", ",".join(names),
+                            "--out", out, "--logs", self.path("attack-logs")],
+                           capture_output=True, text=True, timeout=900)
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        with open(out) as f:
+            rows = {m[1]: m[2:] for m in re.findall(r"^\| (\S+) \| ([^|]+) \| ([\d.]+)[^|]* \| ([^|]+) \|", f.read(), re.M)}
+        print(open(out).read().split("\n\n")[0])
+        self.assertIn("clean", rows)
+        for name in names:
+            sessions, loss, vs = rows[name]
+            self.assertLess(float(vs.strip().rstrip("%")), 1.0, f"{name}: {loss} ({vs})")
+        self.assertEqual(rows["sybil3-stealthy"][0].strip(), "1/3")  # one session per token
 
     def test_floods_leave_memory_and_threads_bounded(self):
         server, addr, port, workers = self.start("--transport_memory_mb=64", "--rounds=12", "--inner_steps=100",

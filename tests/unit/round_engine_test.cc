@@ -462,11 +462,11 @@ TEST(RoundEngine, ScreeningClipsAnOutlierToTheRobustThreshold) {
   ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 0, 0, 0})).ok());
   ASSERT_TRUE(f.engine.Push(b.worker_id, 0, DensePayload({0, 1, 0, 0})).ok());
   ASSERT_TRUE(f.engine.Push(c.worker_id, 0, DensePayload({0, 0, 1000, 0})).ok());  // x1000
-  // Norms 1, 1, 1000: median 1, MAD 0, so the threshold is 1.5 x median: c counts as 1.5.
+  // Norms 1, 1, 1000: median 1, so the threshold is the median: c counts as 1.
   const std::vector<float> p = *f.engine.Snapshot().params;
   EXPECT_FLOAT_EQ(p[0], 1.0f - 1.0f / 3);
   EXPECT_FLOAT_EQ(p[1], 1.0f - 1.0f / 3);
-  EXPECT_FLOAT_EQ(p[2], 1.0f - 1.5f / 3);
+  EXPECT_FLOAT_EQ(p[2], 1.0f - 1.0f / 3);
   EXPECT_FLOAT_EQ(p[3], 1.0f);
   const EngineStats st = f.engine.Stats();
   ASSERT_EQ(st.screened.count("evil"), 1u);
@@ -495,11 +495,11 @@ TEST(RoundEngine, ScreeningUsesPreviousRoundsWhenTheQuorumIsSmall) {
   Fixture f(Fixture::Defaults(), 4);
   auto a = f.engine.Join("a");
   for (uint64_t r = 0; r < 3; ++r) ASSERT_TRUE(f.engine.Push(a.worker_id, r, DensePayload({0.5f, 0, 0, 0})).ok());
-  // Alone in round 3, a x1000 push is clipped against the history: 1.5 x (2 x 0.5), the
-  // scale at its growth limit.
+  // Alone in round 3, a x1000 push is clipped against the history: 2 x 0.5, the scale at its
+  // growth limit.
   ASSERT_TRUE(f.engine.Push(a.worker_id, 3, DensePayload({0.5f, 500, 0, 0})).ok());
   const std::vector<float> p = *f.engine.Snapshot().params;
-  EXPECT_NEAR(p[1], 1.0f - 1.5f * 500 / std::hypot(0.5f, 500.0f), 1e-5);
+  EXPECT_NEAR(p[1], 1.0f - 1.0f * 500 / std::hypot(0.5f, 500.0f), 1e-5);
   EXPECT_EQ(f.engine.Stats().screened.at("a").clipped, 1u);
 }
 
@@ -513,8 +513,8 @@ TEST(RoundEngine, ATokensSessionsAreOneVote) {
   // (Once any session of a participant pushed, the participant is in: the sessions push first
   // here, or the round would close without the others.)
   for (auto& s : sybils) ASSERT_TRUE(f.engine.Push(s.worker_id, 0, DensePayload({1, 1, 0.3f, 0})).ok());
-  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 1, 0, 0})).ok());
-  ASSERT_TRUE(f.engine.Push(b.worker_id, 0, DensePayload({1, 1, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 1, 0, 0.3f})).ok());  // the same norm: none clipped
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 0, DensePayload({1, 1, 0, 0.3f})).ok());
   auto u = f.engine.AwaitRound(0, 0);
   ASSERT_TRUE(u.ok());
   EXPECT_EQ(u->contributors, 3u);  // three participants, not five
