@@ -134,7 +134,9 @@ class Adversary(ClusterTest):
         self.assertIn(G.RESOURCE_EXHAUSTED, joins)  # 20 joins per minute per token
         # Every attack in the metrics.
         self.assertGreaterEqual(metric(m, "muloco_screened_updates_total", worker="mallory@volunteer", action="clip"), 5)
-        self.assertEqual(metric(m, "muloco_screened_updates_total", worker="honest0@site-a", action="clip"), 0)
+        # Honest updates may be clipped to a tensor's median (the bound), but never left out.
+        for i, site in enumerate("ab"):
+            self.assertEqual(metric(m, "muloco_screened_updates_total", worker=f"honest{i}@site-{site}", action="reject"), 0)
         self.assertGreaterEqual(metric(m, "muloco_rejected_pushes_total", reason="bad_payload"), 3 * len(attacked))
         self.assertGreaterEqual(metric(m, "muloco_refused_calls_total", reason="bad_session"), 6 * len(attacked))
         self.assertGreaterEqual(metric(m, "muloco_refused_calls_total", reason="join_limit"), 1)
@@ -155,8 +157,10 @@ class Adversary(ClusterTest):
                            capture_output=True, text=True, timeout=900)
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
         with open(out) as f:
-            rows = {m[1]: m[2:] for m in re.findall(r"^\| (\S+) \| ([^|]+) \| ([\d.]+)[^|]* \| ([^|]+) \|", f.read(), re.M)}
-        print(open(out).read().split("\n\n")[0])
+            table = f.read()
+        print(table.split("\n\n")[0])
+        # | attack | sessions admitted | honest final val loss | vs clean | ...
+        rows = {m[0]: m[1:] for m in re.findall(r"^\| (\S+) \| ([^|]+) \| ([\d.]+)[^|]* \| ([^|]+) \|", table, re.M)}
         self.assertIn("clean", rows)
         for name in names:
             sessions, loss, vs = rows[name]
