@@ -41,7 +41,7 @@ from gpt_layout import tensor_shapes  # noqa: E402
 
 # Methods: (name, label, server flags). Every method trains R rounds of H inner steps per
 # worker; the H = 1 methods run R * H rounds of one step (marked "steps"). The top-k rows keep
-# outer lr 0.7 (lr 1.0, best for dense MuLoCo before stop 22, cost them 5-8%) and momentum 0.4 (bench/README.md).
+# outer lr 0.7 (lr 1.0, best for dense MuLoCo before 2026-12-05, cost them 5-8%) and momentum 0.4 (bench/README.md).
 METHODS = [
     ("dp", "data-parallel (H=1, dense fp32)",
      ["--preset=diloco", "steps", "--outer_lr=1", "--outer_momentum=0", "--nesterov=false"]),

@@ -55,7 +55,7 @@ constexpr Preset kPresets[] = {
     {"muloco", nullptr, R"pb(inner_optimizer: "muon" muon_lr: 0.03 inner_min_lr_ratio: 0.7 outer_lr: 0.7)pb"},
     // No uplink error feedback (ef_beta 0; the downlink keeps θ_true − θ_pub, which the
     // replicas' bit-identity needs): the frontier sweeps (bench/README.md) gave ef_beta 1 / 0
-    // 2.4519 / 2.4436 (stop 14) and 2.4484 / 2.4385 (stop 21) on 10 rounds, 2.1572 / 2.1495 on
+    // 2.4519 / 2.4436 (32d20d5) and 2.4484 / 2.4385 (d5e35bd) on 10 rounds, 2.1572 / 2.1495 on
     // 20, 2.0206 / 2.0064 on 30, 1.8639 / 1.8437 on 60, and deploy/wan's 20-round volunteer
     // run 2.2270 / 2.1923.
     {"muloco-2bit", "muloco",
@@ -66,7 +66,7 @@ constexpr Preset kPresets[] = {
     // frontier sweeps (bench/README.md) gave, over ef_beta 0.8 / 0.6 / 0.4 / 0.2 / 0, 2.4846 /
     // 2.4750 / 2.4678 / 2.4674 / 2.4658 on 10 rounds and 2.0239 / - / 2.0031 / - / 1.9934 on 30
     // (dense MuLoCo 2.0004), with momentum 0.2 and lr 1.6. With the schedule's floor at 0.7 its
-    // Muon lr is its own: 0.03 / 0.04 / 0.05 gave 2.3529 / 2.3163 / 2.3706 (stop 22).
+    // Muon lr is its own: 0.03 / 0.04 / 0.05 gave 2.3529 / 2.3163 / 2.3706 (2026-12-05).
     {"muloco-1bit", "muloco",
      R"pb(muon_lr: 0.04 outer_lr: 1.6 outer_momentum: 0.2 ef_beta: 0
           uplink_codec: "lloyd:bits=1,chunk=4096,keep=0.93,vectors=same"

@@ -15,7 +15,7 @@ from harness import TINY, ClusterTest
 # chaotic, and any perturbation of the updates, even bf16 rounding, moved the final loss by
 # up to 4% either way. At 3e-3, bf16 moves it by under 0.05%, and 2-bit landed within
 # -0.24% to +1.36% of dense over data seeds 1-6 (bench/README.md), measured when the diloco
-# preset's cosine floor was 0.1. With its constant inner lr (stop 23) it is +0.23% on this seed.
+# preset's cosine floor was 0.1. With its constant inner lr (2026-12-05) it is +0.23% on this seed.
 RUN = [*TINY, "--preset=diloco", "--inner_lr=3e-3", "--batch_size=32", "--eval_batches=16", "--rounds=25",
        "--inner_steps=12", "--outer_momentum=0.6", "--min_quorum=2", "--eval_every=5"]
 COMPRESSED = ["--uplink_codec=lloyd:bits=2,chunk=512", "--downlink_codec=lloyd:bits=2,chunk=512"]

@@ -17,7 +17,7 @@ from harness import TINY, ClusterTest, Proxy
 # exchange sometimes outlasted the training.
 RATE = 60_000
 ROUNDS = 12
-# Over these links a round's update lands after 32-46 of its 100 steps (stop 20); the loss runs
+# Over these links a round's update lands after 32-46 of its 100 steps (2026-12-04); the loss runs
 # land it after exactly LANDING steps. What overlap costs grows with that delay: on seeds 1-3
 # after 1 step -0.1%, 25 steps +1.1%, 50 steps +1.5% to +2.4%, 90 steps +4.4% (README).
 LANDING = 35
