@@ -424,7 +424,7 @@ def main():
     p.add_argument("--workers", type=int, default=2, help="K")
     p.add_argument("--eval_batches", type=int, default=8)
     p.add_argument("--eval_in_run", action="store_true",
-                   help="evaluate inside the run as before commit 29ee664 (the evaluations then take training time); default: "
+                   help="evaluate inside the run, as before deferred evaluation existed (the evaluations then take training time); default: "
                         "the workers write the models (--defer_eval) and they are evaluated after the run")
     p.add_argument("--out", default="/tmp/muloco-wan", help="CSV and logs go here")
     p.add_argument("--build", default=os.environ.get("MULOCO_BUILD", os.path.join(REPO, "build")))
