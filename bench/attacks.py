@@ -32,7 +32,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
-from harness import TINY, Proc, health_check  # noqa: E402
+from harness import TINY, Proc, health_check, wait_for_log  # noqa: E402
 
 # name -> (strategy in attacks.STRATEGIES, sessions, distinct tokens, first round attacked)
 ATTACKS = {
@@ -71,18 +71,6 @@ def seed_flags(seed):
 def read(path):
     with open(path) as f:
         return f.read()
-
-
-def wait_log(proc, pattern, timeout):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        m = re.search(pattern, proc.text())
-        if m:
-            return m
-        if proc.p.poll() is not None:
-            raise RuntimeError(f"{proc.log_path} exited before /{pattern}/:\n{proc.text()[-3000:]}")
-        time.sleep(0.05)
-    raise RuntimeError(f"timed out waiting for /{pattern}/ in {proc.log_path}")
 
 
 def open_round(server):
@@ -126,7 +114,7 @@ def start_server(a, d, seed, tokens):
         if os.path.exists(port_file) and read(port_file).strip():
             addr = f"127.0.0.1:{read(port_file).strip()}"
             if health_check(addr):
-                port = int(wait_log(server, r"metrics on port (\d+)", 30)[1])
+                port = int(wait_for_log(server, r"metrics on port (\d+)", 30)[1])
                 return server, addr, port
         time.sleep(0.05)
     raise RuntimeError("server never became healthy")
@@ -145,7 +133,7 @@ def start_honest(a, d, addr, server, procs):
                   f"--name=honest{i}", "--threads=1", "--progress_s=0"], os.path.join(d, f"honest{i}.log"))
         procs.append(w)
         workers.append(w)
-        wait_log(server, rf"\(honest{i}@site-{i}\) joined", 60)
+        wait_for_log(server, rf"\(honest{i}@site-{i}\) joined", 60)
     return workers
 
 

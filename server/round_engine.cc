@@ -72,7 +72,7 @@ RoundEngine::Joined RoundEngine::Join(const std::string& name, const std::string
   Participant& p = participants_[key];
   if (p.sessions++ == 0) p.name = name;
   p.weight = weight > 0 && std::isfinite(weight) ? weight : 1.0f;
-  if (pending_.empty() && pushed_.empty() && !AnyProvenLocked()) expected_.insert(key);  // cold start
+  if (pushed_.empty() && !AnyProvenLocked()) expected_.insert(key);  // cold start
   Member m;
   m.name = name;
   m.participant = key;

@@ -16,22 +16,17 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-double Median(std::vector<double> v) {
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + mid, v.end());
-  const double hi = v[mid];
-  if (v.size() % 2) return hi;
-  return 0.5 * (hi + *std::max_element(v.begin(), v.begin() + mid));
-}
-
 // The median of *v (reordered), the mean of the middle pair for an even count.
-float MedianInPlace(std::vector<float>* v) {
+template <typename T>
+T MedianInPlace(std::vector<T>* v) {
   const size_t mid = v->size() / 2;
   std::nth_element(v->begin(), v->begin() + mid, v->end());
-  const float hi = (*v)[mid];
+  const T hi = (*v)[mid];
   if (v->size() % 2) return hi;
-  return 0.5f * (hi + *std::max_element(v->begin(), v->begin() + mid));
+  return T(0.5) * (hi + *std::max_element(v->begin(), v->begin() + mid));
 }
+
+double Median(std::vector<double> v) { return MedianInPlace(&v); }
 
 // x[0, len) = the mean of the payloads' elements [offset, offset + len).
 void DecodeMean(const std::vector<PayloadSegments>& payloads, uint64_t offset, uint64_t len, float* x) {
@@ -60,6 +55,7 @@ double Dot(const float* x, const float* y, uint64_t len) {
 // Pass one's results: [i * chunks + c] for participant i and chunk c.
 struct RobustAggregator::RoundStats {
   size_t participants = 0;
+  bool any_proven = false;  // no one proven: a cold start, every participant's statistics count
   std::vector<std::vector<PayloadSegments>> payloads;
   std::vector<double> raw;    // norm of the update's tensor before clipping
   std::vector<float> factor;  // clip factor (1: unclipped)
@@ -74,12 +70,14 @@ RobustAggregator::RobustAggregator(ScreenOptions options, std::vector<ScreenChun
       chunks_(std::move(chunks)),
       n_(n),
       threads_(std::max(1, threads)),
+      offsets_(ChunkOffsets(chunks_)),
       chunk_scale_(chunks_.size(), -1.0) {}
 
 std::vector<Verdict> RobustAggregator::Aggregate(const std::vector<Contribution>& in, float* out) {
   RoundStats st;
   st.participants = in.size();
   for (const Contribution& c : in) {
+    st.any_proven = st.any_proven || c.proven;
     st.payloads.emplace_back();
     for (absl::string_view p : c.payloads) {
       absl::StatusOr<PayloadSegments> seg = PayloadSegments::Of(p, n_);
@@ -106,12 +104,7 @@ void RobustAggregator::Measure(const std::vector<Contribution>& in, RoundStats* 
   st->ref_sq.assign(C, 0.0);
   st->median_reference = !off && P >= std::max<size_t>(1, options_.min_samples);
   if (st->median_reference) st->reference.assign(n_, 0.0f);
-  bool any_proven = false;
-  for (const Contribution& c : in) any_proven = any_proven || c.proven;
-  std::vector<uint64_t> offsets{0};
-  for (const ScreenChunk& c : chunks_) offsets.push_back(offsets.back() + c.numel);
-
-  ParallelUnits(offsets, threads_, [&](size_t first, size_t last) {
+  ParallelUnits(offsets_, threads_, [&](size_t first, size_t last) {
     std::vector<float> x, column(P);
     for (size_t c = first; c < last; ++c) {
       const ScreenChunk& ch = chunks_[c];
@@ -127,7 +120,7 @@ void RobustAggregator::Measure(const std::vector<Contribution>& in, RoundStats* 
         const double v = st->raw[i * C + c];
         if (v <= 0) continue;
         nonzero.push_back(v);
-        if (in[i].proven || (!any_proven && chunk_scale_[c] < 0)) samples.push_back(v);
+        if (in[i].proven || (!st->any_proven && chunk_scale_[c] < 0)) samples.push_back(v);
       }
       double bound = kInf;
       if (!off && samples.size() >= std::max<size_t>(1, options_.min_samples)) {
@@ -174,8 +167,6 @@ void RobustAggregator::Weigh(const std::vector<Contribution>& in, RoundStats* st
   double ref_sq = 0;
   for (double v : st->ref_sq) ref_sq += v;
   const bool has_ref = ref_sq > 0;
-  bool any_proven = false;
-  for (const Contribution& c : in) any_proven = any_proven || c.proven;
   std::vector<double> cos_samples, norm_samples;
   for (size_t i = 0; i < P; ++i) {
     Verdict& v = (*verdicts)[i];
@@ -188,7 +179,7 @@ void RobustAggregator::Weigh(const std::vector<Contribution>& in, RoundStats* st
     v.norm = std::sqrt(sq);
     v.has_reference = has_ref && v.norm > 0;
     v.cosine = v.has_reference ? dot / (v.norm * std::sqrt(ref_sq)) : 0;
-    if (v.norm > 0 && (in[i].proven || !any_proven)) {
+    if (v.norm > 0 && (in[i].proven || !st->any_proven)) {
       norm_samples.push_back(v.norm);
       if (v.has_reference) cos_samples.push_back(v.cosine);
     }
@@ -240,9 +231,7 @@ void RobustAggregator::Sum(const std::vector<Contribution>& in, const RoundStats
   const size_t cut = trimmed ? std::max<size_t>(m >= 3 ? 1 : 0, static_cast<size_t>(options_.trim * m)) : 0;
   const size_t drop = std::min(cut, (m - 1) / 2);  // keep at least one value
   const float inv = static_cast<float>(1.0 / total);
-  std::vector<uint64_t> offsets{0};
-  for (const ScreenChunk& c : chunks_) offsets.push_back(offsets.back() + c.numel);
-  ParallelUnits(offsets, threads_, [&](size_t first, size_t last) {
+  ParallelUnits(offsets_, threads_, [&](size_t first, size_t last) {
     std::vector<float> x, column(m);
     for (size_t c = first; c < last; ++c) {
       const ScreenChunk& ch = chunks_[c];
@@ -304,6 +293,12 @@ void RobustAggregator::Remember(const RoundStats& st, const std::vector<Verdict>
   norm_scale_ = Median(norms);
   if (!cosines.empty()) cosine_scale_ = Median(cosines);
   last_aggregate_.assign(out, out + n_);
+}
+
+std::vector<uint64_t> ChunkOffsets(const std::vector<ScreenChunk>& chunks) {
+  std::vector<uint64_t> offsets{0};
+  for (const ScreenChunk& c : chunks) offsets.push_back(offsets.back() + c.numel);
+  return offsets;
 }
 
 std::vector<ScreenChunk> ChunksOf(const std::vector<uint64_t>& sizes) {

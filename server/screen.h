@@ -101,11 +101,15 @@ class RobustAggregator {
   const std::vector<ScreenChunk> chunks_;
   const size_t n_;
   const int threads_;
+  const std::vector<uint64_t> offsets_;  // ParallelUnits' units: each chunk's first element, then n
   // The history: last round's honest scales (< 0: none yet), typical cosine and aggregate.
   std::vector<double> chunk_scale_;
   double norm_scale_ = -1, cosine_scale_ = -1;
   std::vector<float> last_aggregate_;  // empty: none yet
 };
+
+// Each chunk's first element (they tile [0, n) in order), then n.
+std::vector<uint64_t> ChunkOffsets(const std::vector<ScreenChunk>& chunks);
 
 // Chunks for a layout's tensors: one per tensor (`sizes` in order).
 std::vector<ScreenChunk> ChunksOf(const std::vector<uint64_t>& sizes);

@@ -43,6 +43,27 @@ def health_check(address, timeout=0.5, credentials=None, options=()):
             return False
 
 
+class LogWaitError(Exception):
+    pass
+
+
+def wait_for_log(proc, pattern, timeout):
+    """Polls proc's log until `pattern` matches; returns the match. LogWaitError when proc
+    exits without it or `timeout` seconds pass."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        m = re.search(pattern, proc.text())
+        if m:
+            return m
+        if proc.p.poll() is not None:
+            m = re.search(pattern, proc.text())
+            if m:
+                return m
+            raise LogWaitError(f"{proc.log_path} exited before /{pattern}/:\n{proc.text()[-4000:]}")
+        time.sleep(0.1)
+    raise LogWaitError(f"timed out waiting for /{pattern}/ in {proc.log_path}:\n{proc.text()[-4000:]}")
+
+
 class Proc:
     def __init__(self, args, log_path):
         self.log_path = log_path
@@ -215,18 +236,10 @@ class ClusterTest(unittest.TestCase):
 
     def wait_for(self, proc, pattern, timeout):
         """Polls proc's log until `pattern` matches; returns the match."""
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            m = re.search(pattern, proc.text())
-            if m:
-                return m
-            if proc.p.poll() is not None:
-                m = re.search(pattern, proc.text())
-                if m:
-                    return m
-                self.fail(f"{proc.log_path} exited before /{pattern}/:\n{proc.text()[-4000:]}")
-            time.sleep(0.1)
-        self.fail(f"timed out waiting for /{pattern}/ in {proc.log_path}:\n{proc.text()[-4000:]}")
+        try:
+            return wait_for_log(proc, pattern, timeout)
+        except LogWaitError as e:
+            self.fail(str(e))
 
     def val_losses(self, proc):
         """{round: val_loss} from a worker log."""
