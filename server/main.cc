@@ -51,6 +51,11 @@ ABSL_FLAG(double, max_await_s, 30, "One AwaitRound call waits this long at most 
 ABSL_FLAG(uint32_t, transport_memory_mb, 256,
           "Memory gRPC's transport may hold for incoming data (an oversized message is cut off here)");
 ABSL_FLAG(uint32_t, max_threads, 4096, "gRPC handler threads at most (further calls: RESOURCE_EXHAUSTED)");
+ABSL_FLAG(uint32_t, max_connections, 1024,
+          "Open client connections at most, capped before the TLS handshake; a newcomer over the cap takes the "
+          "place of the connection that has sent the least, unless all have settled (joined and pushed)");
+ABSL_FLAG(uint32_t, max_connections_per_address, 64,
+          "Open connections per source address (IPv4 address or IPv6 /64) at most; as --max_connections");
 ABSL_FLAG(std::string, metrics_listen, "",
           "Serve Prometheus metrics at http://ADDRESS/metrics, e.g. 0.0.0.0:9090 (port 0 picks one; empty: off)");
 
@@ -105,5 +110,7 @@ int main(int argc, char** argv) {
   o.service.idle_timeout_s = absl::GetFlag(FLAGS_idle_timeout_s);
   o.transport_memory_mb = absl::GetFlag(FLAGS_transport_memory_mb);
   o.max_threads = absl::GetFlag(FLAGS_max_threads);
+  o.max_connections = absl::GetFlag(FLAGS_max_connections);
+  o.max_connections_per_address = absl::GetFlag(FLAGS_max_connections_per_address);
   return RunServer(std::move(o), &g_stop, &g_reload);
 }

@@ -3,9 +3,6 @@
 #include "server/run_server.h"
 
 #include <grpcpp/health_check_service_interface.h>
-#include <grpcpp/resource_quota.h>
-#include <grpcpp/server.h>
-#include <grpcpp/server_builder.h>
 
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -29,6 +26,7 @@
 #include "server/checkpoint.h"
 #include "server/round_engine.h"
 #include "server/server_metrics.h"
+#include "server/serving.h"
 
 namespace muloco {
 namespace {
@@ -40,10 +38,11 @@ int Refuse(const std::string& why) {
 
 absl::Status CheckOptions(const ServerOptions& o) {
   if (!(o.round_timeout_s > 0) || !(o.heartbeat_timeout_s > 0) || o.service.chunk_bytes < 4 ||
-      !(o.service.idle_timeout_s > 0) || !(o.service.max_await_s >= 1) || o.transport_memory_mb < 16) {
+      !(o.service.idle_timeout_s > 0) || !(o.service.max_await_s >= 1) || o.transport_memory_mb < 16 ||
+      o.max_connections < 1 || o.max_connections_per_address < 1) {
     return absl::InvalidArgumentError(
         "need round_timeout_s > 0, heartbeat_timeout_s > 0, chunk_bytes >= 4, idle_timeout_s > 0, "
-        "max_await_s >= 1, transport_memory_mb >= 16");
+        "max_await_s >= 1, transport_memory_mb >= 16, max_connections >= 1, max_connections_per_address >= 1");
   }
   return ValidateRunConfig(o.config);
 }
@@ -207,27 +206,16 @@ int RunServer(ServerOptions o, const std::atomic<bool>* stop, std::atomic<bool>*
   MulocoService service(&engine, auth->get(), config, so, &clock);
 
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(o.listen, *creds, &port);
-  // Idle streams hold a thread each (sync API): cap them; past the cap calls get RESOURCE_EXHAUSTED.
-  grpc::ResourceQuota quota("muloco-server");
-  quota.SetMaxThreads(static_cast<int>(std::max<uint32_t>(8, o.max_threads)));
-  // gRPC 1.51 buffers a whole incoming message before checking its size (grpc/grpc#43012):
-  // the quota bounds what its transport may hold; past it, streams are reset.
-  quota.Resize(size_t{o.transport_memory_mb} << 20);
-  builder.SetResourceQuota(quota);
-  builder.RegisterService(&service);
-  // Workers ping every 10 s to notice dead links; let them, even between calls.
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
-  // One chunk of a push; workers chunk at 1 MiB whatever this server streams with.
-  builder.SetMaxReceiveMessageSize(static_cast<int>(std::max<size_t>(so.chunk_bytes, 4 << 20)) + (1 << 16));
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) {
-    std::fprintf(stderr, "muloco-server: cannot listen on %s\n", o.listen.c_str());
+  const ServingOptions serving_options{
+      o.listen, o.max_connections, o.max_connections_per_address, o.max_threads, o.transport_memory_mb,
+      // One chunk of a push; workers chunk at 1 MiB whatever this server streams with.
+      static_cast<int>(std::max<size_t>(so.chunk_bytes, 4 << 20)) + (1 << 16)};
+  absl::StatusOr<std::unique_ptr<Serving>> serving = Serving::Start(serving_options, *creds, &service);
+  if (!serving.ok()) {
+    std::fprintf(stderr, "muloco-server: %s\n", std::string(serving.status().message()).c_str());
     return 1;
   }
+  const int port = (*serving)->port();
   if (!o.port_file.empty()) {
     if (absl::Status s = WriteFileAtomic(o.port_file, absl::StrCat(port, "\n")); !s.ok()) {
       std::fprintf(stderr, "muloco-server: --port_file: %s\n", std::string(s.message()).c_str());
@@ -239,7 +227,7 @@ int RunServer(ServerOptions o, const std::atomic<bool>* stop, std::atomic<bool>*
   const uint64_t dense_bytes = PayloadBytes(DenseSegments(n));
   std::unique_ptr<MetricsEndpoint> metrics = StartMetricsOrReport(
       o.metrics_listen, "server",
-      [&] { return ServerMetrics(engine.Stats(), service.Wire(), (*auth)->Stats(), dense_bytes); }, &metrics_failed);
+      [&] { return ServerMetrics(engine.Stats(), service.Wire(), (*auth)->Stats(), (*serving)->Gate(), dense_bytes); }, &metrics_failed);
   if (metrics_failed) return 1;
 
   double done_since = -1;
@@ -275,7 +263,7 @@ int RunServer(ServerOptions o, const std::atomic<bool>* stop, std::atomic<bool>*
   if (stop->load() && eo.checkpoint) eo.checkpoint(engine.ExportState());  // SIGTERM: save where we are
   service.BeginShutdown();
   engine.WakeAll();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  (*serving)->server()->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 
   const ModelSnapshot snap = engine.Snapshot();
   int rc = 0;

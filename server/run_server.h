@@ -38,6 +38,8 @@ struct ServerOptions {
   ServiceOptions service;               // chunking, per-call bounds (max_payload_bytes is set from the codec)
   uint32_t transport_memory_mb = 256;   // memory gRPC's transport may hold for incoming data
   uint32_t max_threads = 4096;          // gRPC handler threads at most (a waiting worker holds one)
+  uint32_t max_connections = 1024;      // open connections at most, capped before TLS (server/conn_gate.h)
+  uint32_t max_connections_per_address = 64;  // per IPv4 address or IPv6 /64
 };
 
 // The engine's options for this run: the codecs and the outer step from `config`, the rest

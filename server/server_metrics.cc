@@ -9,7 +9,7 @@
 
 namespace muloco {
 
-std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w, const AuthStats& a,
+std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w, const AuthStats& a, const GateStats& g,
                                         uint64_t dense_payload_bytes) {
   auto d = [](uint64_t v) { return static_cast<double>(v); };
   auto refused = [&](const char* reason, uint64_t v) {
@@ -66,6 +66,17 @@ std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w
       {"muloco_downlink_resets_total", "Rounds whose outer step was discarded because the downlink failed its check",
        true, d(e.downlink_resets)},
   };
+  out.push_back({"muloco_connections", "Client connections open (the gate's; gRPC sees only these)", false,
+                 d(g.open)});
+  out.push_back({"muloco_connections_accepted_total", "Client connections admitted", true, d(g.accepted)});
+  for (const auto& [reason, v] :
+       {std::pair{"server_cap", g.refused_total}, std::pair{"address_cap", g.refused_per_address},
+        std::pair{"displaced", g.displaced}, std::pair{"silent", g.silent_closed}}) {
+    out.push_back({"muloco_connections_closed_total",
+                   "Client connections closed by the gate: refused at a full cap (server_cap, address_cap), "
+                   "closed to admit a newcomer (displaced), or silent since opening (silent)",
+                   true, d(v), {{"reason", reason}}});
+  }
   out.push_back({"muloco_stragglers_total", "Expected participants missing when a round closed", true, d(e.stragglers)});
   out.push_back({"muloco_straggler_waits_total", "Rounds that waited out the straggler deadline for a missing participant",
                  true, d(e.straggler_waits)});

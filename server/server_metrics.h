@@ -6,13 +6,14 @@
 #include <vector>
 
 #include "common/metrics.h"
+#include "server/conn_gate.h"
 #include "server/round_engine.h"
 #include "server/service.h"
 
 namespace muloco {
 
 // dense_payload_bytes: one dense fp32 payload of this model (the reference for ratios).
-std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w, const AuthStats& a,
+std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w, const AuthStats& a, const GateStats& g,
                                         uint64_t dense_payload_bytes);
 
 }  // namespace muloco

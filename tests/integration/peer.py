@@ -72,6 +72,7 @@ class Peer:
         self._await = method("unary_stream", "AwaitRound", pb.RoundChunk)
         self._heartbeat = method("unary_unary", "Heartbeat", pb.HeartbeatReply)
         self._leave = method("unary_unary", "Leave", pb.LeaveReply)
+        self._progress = method("unary_unary", "PushProgress", pb.PushProgressReply)
         self.id, self.key = 0, ""
 
     def close(self):

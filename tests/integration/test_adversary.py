@@ -3,10 +3,15 @@ token runs beside two honest workers and, round after round, pushes x1000 update
 values, 1e38 decode tables and NaNs, acts as the honest workers' ids, floods leaves and
 joins. The server stays up, the honest workers finish with a validation loss within 5% of
 the same run without the attacker, and every attack shows in the server's metrics. A
-second test floods the server with joins, idle streams and an oversized message and checks
-that its memory and threads stay bounded while an honest run finishes."""
+second test floods the server with joins, idle streams, PushProgress calls, an oversized
+message and raw TCP connections that never speak, and checks that its memory, threads and
+file descriptors stay bounded, that an honest worker can still join, and that the honest run
+finishes."""
+import collections
 import os
 import re
+import resource
+import socket
 import subprocess
 import sys
 import threading
@@ -20,7 +25,7 @@ import muloco.v1.muloco_pb2 as pb
 from harness import BUILD, TINY, ClusterTest
 from peer import Peer, code_of, gpt_shapes, lloyd_payload
 
-HONEST = ["honest-token-a-0123456789", "honest-token-b-0123456789"]  # one per honest site
+HONEST = ["honest-token-a-0123456789", "honest-token-b-0123456789", "honest-token-c-0123456789"]  # one per site
 VOLUNTEER = "volunteer-token-9876543210"
 RUN = [*TINY, "--inner_lr=3e-3", "--rounds=14", "--inner_steps=10", "--min_quorum=2", "--round_timeout_s=5",
        "--eval_every=0", "--metrics_listen=127.0.0.1:0", "--max_joins_per_token_per_minute=20"]
@@ -42,6 +47,41 @@ def metric(m, name, **labels):
     return m.get((name, frozenset(labels.items())), 0.0)
 
 
+def open_fds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+class RawFlood:
+    """Raw TCP connections that never send a byte, opened as fast as one thread can, the
+    newest `hold` kept open (the rest closed on this side to stay within our own fd limit)."""
+
+    def __init__(self, port, hold=1500):
+        self.port, self.hold, self.opened = port, hold, 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run)
+        self.thread.start()
+
+    def run(self):
+        held = collections.deque()
+        while not self.stop.is_set():
+            s = socket.socket()
+            try:
+                s.connect(("127.0.0.1", self.port))
+            except OSError:
+                s.close()
+                continue
+            held.append(s)
+            self.opened += 1
+            while len(held) > self.hold:
+                held.popleft().close()
+        for s in held:
+            s.close()
+
+    def end(self):
+        self.stop.set()
+        self.thread.join()
+
+
 def status_kib(pid, field):
     with open(f"/proc/{pid}/status") as f:
         return int(re.search(rf"{field}:\s+(\d+)", f.read()).group(1))
@@ -51,7 +91,7 @@ class Adversary(ClusterTest):
     def start(self, *flags, tag=""):
         tokens = self.path("tokens")
         with open(tokens, "w") as f:
-            f.write(f"site-a {HONEST[0]}\nsite-b {HONEST[1]}\nvolunteer {VOLUNTEER}\n")
+            f.write(f"site-a {HONEST[0]}\nsite-b {HONEST[1]}\nsite-c {HONEST[2]}\nvolunteer {VOLUNTEER}\n")
         for i, token in enumerate(HONEST):
             with open(self.path(f"honest{i}.token"), "w") as f:
                 f.write(token + "\n")
@@ -173,16 +213,17 @@ class Adversary(ClusterTest):
                                                  "--idle_timeout_s=3", "--max_threads=64")
         pid = server.p.pid
         self.wait_for(server, r"round 1 closed", 120)
-        rss0, threads0 = status_kib(pid, "VmRSS"), status_kib(pid, "Threads")
+        rss0, threads0, fds0 = status_kib(pid, "VmRSS"), status_kib(pid, "Threads"), open_fds(pid)
         adv = Peer(addr)
         adv.join(name="flood", token=VOLUNTEER)
-        peak = {"rss": rss0, "threads": threads0}
+        peak = {"rss": rss0, "threads": threads0, "fds": fds0}
         done = threading.Event()
 
         def watch():
             while not done.is_set():
                 peak["rss"] = max(peak["rss"], status_kib(pid, "VmRSS"))
                 peak["threads"] = max(peak["threads"], status_kib(pid, "Threads"))
+                peak["fds"] = max(peak["fds"], open_fds(pid))
                 time.sleep(0.05)
         w = threading.Thread(target=watch)
         w.start()
@@ -218,6 +259,26 @@ class Adversary(ClusterTest):
             self.assertEqual(set(anon), {G.UNAUTHENTICATED})
             joins = [code_of(Peer(addr).join, name="j", token=VOLUNTEER, timeout=5) for _ in range(300)]
             self.assertLessEqual(joins.count(G.OK), 20)
+            # 2,000 PushProgress calls at once from one session: each holds one of its stream
+            # slots while it runs, so the rest are refused, and gRPC's thread quota holds.
+            calls = [adv._progress.future(pb.PushProgressRequest(worker_id=adv.id, round=1), metadata=adv.md(),
+                                          timeout=30) for _ in range(2000)]
+            codes = collections.Counter(code_of(c.result) for c in calls)
+            self.assertLessEqual(set(codes), {G.OK, G.RESOURCE_EXHAUSTED}, codes)
+            # Raw connections that never speak (no TLS, no HTTP/2), as fast as one thread opens
+            # them: the gate (--max_connections_per_address, 64 by default) displaces the silent
+            # ones, and a new honest worker joins in the middle of it.
+            flood = RawFlood(int(addr.split(":")[1]))
+            try:
+                while flood.opened < 3000:
+                    time.sleep(0.05)
+                late = self.start_worker(addr, f"--token_file={self.path('honest2.token')}", "--name=honest2",
+                                         name="w2")
+                self.wait_for(server, r"\(honest2@site-c\) joined", 120)
+            finally:
+                flood.end()
+            print(f"raw flood: {flood.opened} connections opened while honest2 joined")
+            workers.append(late)
             # One 300 MB message: cut off by the transport's memory quota (RESOURCE_EXHAUSTED) or,
             # when no chunk reaches the handler for --idle_timeout_s, by the watchdog (CANCELLED).
             big = b"\0" * (300 << 20)
@@ -230,7 +291,11 @@ class Adversary(ClusterTest):
             w.join()
         rss1, threads1 = status_kib(pid, "VmRSS"), status_kib(pid, "Threads")
         print(f"server RSS {rss0} KiB before, peak {peak['rss']}, after {rss1}; threads {threads0} before, "
-              f"peak {peak['threads']}, after {threads1}")
+              f"peak {peak['threads']}, after {threads1}; open files {fds0} before, peak {peak['fds']}")
+        # The gate holds 64 connections from one address (all of ours come from 127.0.0.1): at
+        # most three descriptors each (client, both ends of the Unix connection to gRPC; a
+        # silent one holds only the first), however many were opened (300 joins, 3,000 raw).
+        self.assertLessEqual(peak["fds"] - fds0, 3 * 64 + 32)
         self.assertLess(peak["rss"] - rss0, 160 * 1024)
         # What the flood freed goes back to the system (the server trims its heap every
         # second): +2 MB measured after, where glibc's retention alone kept +30 to +69 MB.
