@@ -118,6 +118,13 @@ void ServerClient::Prepare(grpc::ClientContext& ctx, double timeout_s) const {
   ctx.AddMetadata("muloco-session", session_key_);
 }
 
+void ServerClient::Pause(double s) {
+  const auto end = std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                                          std::chrono::duration<double>(s));
+  // WaitForConnected polls the channel until it is READY (asking it to connect) or `end`.
+  if (channel_->WaitForConnected(end)) std::this_thread::sleep_until(end);
+}
+
 absl::StatusOr<v1::JoinResponse> ServerClient::Join(const std::string& name, const std::string& token) {
   grpc::ClientContext ctx;
   Prepare(ctx, options_.call_timeout_s);
@@ -188,7 +195,7 @@ absl::StatusOr<FetchedModel> ServerClient::FetchModel(uint64_t worker_id) {
     LogWarn("client", "model fetch: %s; resuming at parameter %zu (attempt %d of %d)",
             std::string(s.message()).c_str(), filled, attempt + 1, options_.fetch_attempts);
     if (filled > before) backoff.Reset();
-    std::this_thread::sleep_for(std::chrono::duration<double>(backoff.Next()));
+    Pause(backoff.Next());
   }
   if (ParamChecksum(m.params.data(), m.params.size()) != m.checksum) {
     return absl::DataLossError("model checksum mismatch");

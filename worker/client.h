@@ -55,6 +55,11 @@ class ServerClient : public Transport {
   absl::Status Heartbeat(uint64_t worker_id, const v1::WorkerReport& report) override;
   absl::Status Leave(uint64_t worker_id) override;
   std::string Describe() const override { return address_; }
+  // Drives the channel's reconnection while it waits: gRPC notices a connect, and the
+  // server's first frames, only while some thread polls the channel; with no call in flight
+  // that is its backup poller, every 5 s, and a reconnect attempt times out sooner (found
+  // when a worker never came back after a cut link).
+  void Pause(double s) override;
 
  private:
   void SetSession(uint64_t worker_id, const std::string& key);

@@ -259,7 +259,7 @@ bool WorkerSession::Nap(double s) {
   while (!Stopping()) {
     const double left = std::chrono::duration<double>(end - std::chrono::steady_clock::now()).count();
     if (left <= 0) return true;
-    std::this_thread::sleep_for(std::chrono::duration<double>(std::min(left, kSlice)));
+    client_.Pause(std::min(left, kSlice));
   }
   return false;
 }

@@ -6,8 +6,10 @@
 // heartbeat thread calls Heartbeat while its main thread pushes or waits.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -51,6 +53,8 @@ class Transport {
   virtual absl::Status Leave(uint64_t worker_id) = 0;
   // Where the server is, for log lines ("localhost:7070", "in-process").
   virtual std::string Describe() const = 0;
+  // Waits `s` seconds between retries; a network transport reconnects meanwhile.
+  virtual void Pause(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 };
 
 }  // namespace muloco
