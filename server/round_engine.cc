@@ -72,7 +72,10 @@ RoundEngine::Joined RoundEngine::Join(const std::string& name, const std::string
   Participant& p = participants_[key];
   if (p.sessions++ == 0) p.name = name;
   p.weight = weight > 0 && std::isfinite(weight) ? weight : 1.0f;
-  if (pushed_.empty() && !AnyProvenLocked()) expected_.insert(key);  // cold start
+  // At a cold start every joiner is waited for until the round closes (the straggler clock,
+  // started by the first push, bounds the wait): a worker that starts a moment after another
+  // is not left one round behind, never waited for, while a fast volunteer closes rounds.
+  if (!AnyProvenLocked()) expected_.insert(key);
   Member m;
   m.name = name;
   m.participant = key;

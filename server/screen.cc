@@ -28,6 +28,13 @@ T MedianInPlace(std::vector<T>* v) {
 
 double Median(std::vector<double> v) { return MedianInPlace(&v); }
 
+// The lower median: of a pair, the smaller. What a history is made of, so that one of two
+// participants cannot raise it (the mean of a pair is half the larger one's).
+double LowerMedian(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + (v.size() - 1) / 2, v.end());
+  return v[(v.size() - 1) / 2];
+}
+
 // x[0, len) = the mean of the payloads' elements [offset, offset + len).
 void DecodeMean(const std::vector<PayloadSegments>& payloads, uint64_t offset, uint64_t len, float* x) {
   std::fill(x, x + len, 0.0f);
@@ -90,7 +97,7 @@ std::vector<Verdict> RobustAggregator::Aggregate(const std::vector<Contribution>
   Measure(in, &st);
   Weigh(in, &st, &verdicts);
   Sum(in, st, verdicts, out);
-  Remember(st, verdicts, out);
+  Remember(in, st, verdicts, out);
   return verdicts;
 }
 
@@ -270,12 +277,18 @@ void RobustAggregator::Sum(const std::vector<Contribution>& in, const RoundStats
   });
 }
 
-void RobustAggregator::Remember(const RoundStats& st, const std::vector<Verdict>& verdicts, const float* out) {
+void RobustAggregator::Remember(const std::vector<Contribution>& in, const RoundStats& st,
+                                const std::vector<Verdict>& verdicts, const float* out) {
   if (options_.mode == Robust::kOff) return;
   const size_t P = verdicts.size(), C = chunks_.size();
+  // The history is made of updates that counted at least half (not a tiny push's), by lower
+  // medians, and grows at most `growth` x a round: neither a large nor a tiny update of one
+  // of two participants moves it, and a majority raises it only that fast.
+  std::vector<bool> counted(P);
   std::vector<double> norms, cosines;
   for (size_t i = 0; i < P; ++i) {
-    if (verdicts[i].weight <= 0) continue;
+    counted[i] = verdicts[i].weight > 0 && verdicts[i].weight >= 0.5 * in[i].weight;
+    if (!counted[i]) continue;
     norms.push_back(verdicts[i].norm);
     if (verdicts[i].has_reference) cosines.push_back(verdicts[i].cosine);
   }
@@ -284,13 +297,13 @@ void RobustAggregator::Remember(const RoundStats& st, const std::vector<Verdict>
     std::vector<double> v;
     for (size_t i = 0; i < P; ++i) {
       const double clipped = st.raw[i * C + c] * st.factor[i * C + c];
-      if (verdicts[i].weight > 0 && clipped > 0) v.push_back(clipped);
+      if (counted[i] && clipped > 0) v.push_back(clipped);
     }
     if (v.empty()) continue;
-    const double scale = Median(std::move(v));
+    const double scale = LowerMedian(std::move(v));
     chunk_scale_[c] = chunk_scale_[c] > 0 ? std::min(scale, options_.growth * chunk_scale_[c]) : scale;
   }
-  norm_scale_ = Median(norms);
+  norm_scale_ = LowerMedian(norms);
   if (!cosines.empty()) cosine_scale_ = Median(cosines);
   last_aggregate_.assign(out, out + n_);
 }

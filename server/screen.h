@@ -8,7 +8,9 @@
 //    min_samples of them, never more than `growth` x last round's (so a majority cannot
 //    ratchet it up); with fewer, growth x last round's scale (the history: honest norms may
 //    grow that much in a round, e.g. in a warmup); with no history either (a run's first
-//    round), pair_factor x the smallest norm of the round.
+//    round), pair_factor x the smallest norm of the round. The history is the lower median
+//    of the clipped norms of updates that counted at least half, so one of two participants
+//    cannot raise it (or sink it with a tiny push).
 // 2. A direction check: each clipped update's cosine to a reference the attackers cannot
 //    steer: the coordinate-wise median of the round's clipped updates when there are at
 //    least min_samples participants, else the last round's aggregate. An update opposed to
@@ -95,7 +97,8 @@ class RobustAggregator {
   void Weigh(const std::vector<Contribution>& in, RoundStats* st, std::vector<Verdict>* verdicts) const;
   void Sum(const std::vector<Contribution>& in, const RoundStats& st, const std::vector<Verdict>& verdicts,
            float* out) const;
-  void Remember(const RoundStats& st, const std::vector<Verdict>& verdicts, const float* out);
+  void Remember(const std::vector<Contribution>& in, const RoundStats& st, const std::vector<Verdict>& verdicts,
+                const float* out);
 
   const ScreenOptions options_;
   const std::vector<ScreenChunk> chunks_;

@@ -279,10 +279,13 @@ class Adversary(ClusterTest):
                 flood.end()
             print(f"raw flood: {flood.opened} connections opened while honest2 joined")
             workers.append(late)
-            # One 300 MB message: cut off by the transport's memory quota (RESOURCE_EXHAUSTED) or,
-            # when no chunk reaches the handler for --idle_timeout_s, by the watchdog (CANCELLED).
+            # One 300 MB message: cut off by the transport's memory quota (RESOURCE_EXHAUSTED),
+            # by the watchdog when no chunk reaches the handler for --idle_timeout_s (CANCELLED),
+            # or, on a busy machine, with its connection (UNAVAILABLE); never accepted. That the
+            # server kept serving is checked next: every honest worker finishes.
             big = b"\0" * (300 << 20)
-            self.assertIn(code_of(adv.push, 1, big, chunk=len(big), timeout=60), {G.RESOURCE_EXHAUSTED, G.CANCELLED})
+            self.assertIn(code_of(adv.push, 1, big, chunk=len(big), timeout=60),
+                          {G.RESOURCE_EXHAUSTED, G.CANCELLED, G.UNAVAILABLE})
             del big
             for wk in workers:
                 self.assertEqual(wk.wait(timeout=300), 0, wk.text())
