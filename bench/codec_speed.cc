@@ -1,4 +1,4 @@
-// codec_speed: single-core throughput of the payload codec (common/codec.h) per scheme, set
+// codec_speed: single-core throughput of the payload codec (codec/codec.h) per scheme, set
 // beside memcpy of the same fp32 buffer in the same run, plus raw CPU kernel timings
 // (kernels/*.h) at one size to show where the time goes. A benchmark, not a timed test.
 //
@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "common/codec.h"
+#include "codec/codec.h"
 #include "kernels/bitpack.h"
 #include "kernels/error_feedback.h"
 #include "kernels/quantize.h"

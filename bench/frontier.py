@@ -6,7 +6,7 @@ against a real muloco-server on loopback, once per method, with the same inner s
 tokens per worker, and reports per method: final validation loss, bits per parameter per
 payload up and down (every header and table included), bytes per worker, the ratio to
 DiLoCo's dense fp32 bytes, and wall time. Every payload size a worker logs is checked
-against an independent computation of the wire format (common/codec.h) from the codec spec
+against an independent computation of the wire format (codec/codec.h) from the codec spec
 and the model's tensor shapes: a mismatch fails the run.
 
   bench/frontier.py [--build build] [--out bench/results] [--workers 4] [--rounds 10]

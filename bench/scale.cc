@@ -1,7 +1,7 @@
 // bench/scale: where one aggregation server stops keeping up, as workers and models grow.
 //
 // Part 1 (in-process): the real RoundEngine and codecs, driven by N simulated workers through
-// LocalTransport (worker/local_transport.h), each pushing a real encoded payload of a Gaussian
+// LocalTransport (inprocess/local_transport.h), each pushing a real encoded payload of a Gaussian
 // pseudo-gradient (no training), from --push_threads threads as gRPC handlers would. Per
 // cell: wall time per round (first push to the round's update), the share of it in the
 // round's close (EngineStats::last_close_seconds: screening and summing what is still held,
@@ -29,7 +29,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/clock.h"
-#include "common/codec.h"
+#include "codec/codec.h"
 #include "common/file_io.h"
 #include "common/log.h"
 #include "common/model_layout.h"
@@ -38,7 +38,7 @@
 #include "server/round_engine.h"
 #include "server/run_server.h"
 #include "worker/client.h"
-#include "worker/local_transport.h"
+#include "inprocess/local_transport.h"
 
 ABSL_FLAG(std::string, sizes, "1e6,1e7,1e8", "Model sizes (parameters, approximate: GPT shapes are chosen near them)");
 ABSL_FLAG(std::string, workers, "1,4,16,64,256", "Worker counts (part 1)");

@@ -19,7 +19,7 @@
 
 #include "absl/flags/flag.h"
 #include "common/cli.h"
-#include "common/codec.h"
+#include "codec/codec.h"
 #include "common/model_layout.h"
 #include "common/run_config.h"
 #include "common/run_config_flags.h"

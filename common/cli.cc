@@ -14,7 +14,6 @@
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/internal/parse.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
@@ -90,12 +89,6 @@ std::string ConfigValue(const v1::RunConfig& config, const std::string& flag) {
 }
 
 }  // namespace
-
-bool FlagGiven(const std::string& name) {
-  // absl records every flag its parser set, also from --flagfile and --fromenv (the public
-  // CommandLineFlag::IsSpecifiedOnCommandLine is private in Debian's absl 20220623).
-  return absl::flags_internal::WasPresentOnCommandLine(name);
-}
 
 void ParseCommandLine(int argc, char** argv, const char* usage) {
   // --help is answered after parsing, so that it can show the values --preset and --config

@@ -10,8 +10,4 @@ namespace muloco {
 // them, and exits 0.
 void ParseCommandLine(int argc, char** argv, const char* usage);
 
-// Whether --name was set on the command line, in a --flagfile or by --fromenv: lets a
-// preset's (or config file's) values stand unless a flag overrides them.
-bool FlagGiven(const std::string& name);
-
 }  // namespace muloco

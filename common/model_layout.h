@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/codec.h"
+#include "codec/codec.h"
 #include "muloco/v1/muloco.pb.h"
 
 namespace muloco {

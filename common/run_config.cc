@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/codec.h"
+#include "codec/codec.h"
 #include "common/model_layout.h"
 
 namespace muloco {

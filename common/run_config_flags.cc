@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/internal/parse.h"
 #include "absl/strings/str_cat.h"
-#include "common/cli.h"
 #include "common/file_io.h"
 #include "common/run_config.h"
 
@@ -56,7 +56,7 @@ ABSL_FLAG(std::string, muon_scale, D().muon_scale(), "Muon update scale: shape (
 ABSL_FLAG(uint32_t, ns_steps, D().ns_steps(), "Newton-Schulz iterations");
 ABSL_FLAG(std::string, uplink_codec, D().uplink_codec(),
           "Worker->server codec: dense-fp32, dense-bf16, lloyd:bits=2,chunk=4096[,keep=0.9], quant:bits=2,chunk=4096, linear:bits=2,chunk=256, "
-          "topk:chunk=4096,k=32,bits=2, sign:chunk=4096 (see common/codec.h)");
+          "topk:chunk=4096,k=32,bits=2, sign:chunk=4096 (see codec/codec.h)");
 ABSL_FLAG(std::string, downlink_codec, D().downlink_codec(), "Server->worker codec (same choices)");
 ABSL_FLAG(float, ef_beta, D().ef_beta(), "Worker error-feedback decay: e <- ef_beta * e + delta");
 ABSL_FLAG(float, outer_lr, D().outer_lr(), "Outer learning rate (diloco: SGD; signmuon: the vote's step)");
@@ -141,6 +141,12 @@ absl::StatusOr<v1::RunConfig> ResolveRunConfig(const std::string& config_file) {
     if (FlagGiven(name)) set(*c);
   }
   return c;
+}
+
+bool FlagGiven(const std::string& name) {
+  // absl records every flag its parser set, also from --flagfile and --fromenv (the public
+  // CommandLineFlag::IsSpecifiedOnCommandLine is private in Debian's absl 20220623).
+  return absl::flags_internal::WasPresentOnCommandLine(name);
 }
 
 v1::RunConfig RunConfigFromFlags(const std::string& config_file) {

@@ -16,4 +16,8 @@ v1::RunConfig RunConfigFromFlags(const std::string& config_file = "");
 // The same without exiting (for --help, which shows the resolved values).
 absl::StatusOr<v1::RunConfig> ResolveRunConfig(const std::string& config_file = "");
 
+// Whether --name was set on the command line, in a --flagfile or by --fromenv: lets a
+// preset's (or config file's) values stand unless a flag overrides them.
+bool FlagGiven(const std::string& name);
+
 }  // namespace muloco

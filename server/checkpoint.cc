@@ -10,7 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/checksum.h"
+#include "codec/checksum.h"
 #include "common/file_io.h"
 #include "common/log.h"
 

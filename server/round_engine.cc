@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/checksum.h"
+#include "codec/checksum.h"
 #include "common/log.h"
 #include "kernels/newton_schulz.h"
 #include "kernels/subset.h"

@@ -51,7 +51,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/clock.h"
-#include "common/codec.h"
+#include "codec/codec.h"
 #include "common/histogram.h"
 #include "common/landed.h"
 #include "common/worker_stats.h"

@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
-#include "common/codec.h"
+#include "codec/codec.h"
 #include "common/file_io.h"
 #include "common/log.h"
 #include "common/metrics.h"

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <limits>
 
-#include "common/codec.h"
-#include "common/parallel.h"
+#include "codec/codec.h"
+#include "codec/parallel.h"
 
 namespace muloco {
 namespace {

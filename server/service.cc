@@ -8,7 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/checksum.h"
+#include "codec/checksum.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
 

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "muloco/v1/muloco.pb.h"
-#include "worker/session.h"
+#include "worker/worker_options.h"
 
 namespace muloco {
 

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "common/checksum.h"
+#include "codec/checksum.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "worker/retry.h"

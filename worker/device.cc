@@ -7,7 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
-#include "common/codec_backend.h"
+#include "codec/codec_backend.h"
 
 namespace muloco {
 

@@ -6,6 +6,14 @@
 #include "worker/torch_device.h"
 
 namespace muloco {
+
+struct DeviceFloats::Impl {
+  torch::Tensor t;  // 1-D, fp32, contiguous
+};
+
+torch::Tensor& TensorOf(DeviceFloats& f) { return f.impl().t; }
+const torch::Tensor& TensorOf(const DeviceFloats& f) { return f.impl().t; }
+
 namespace {
 torch::Tensor HostView(const float* host, size_t n) {
   return torch::from_blob(const_cast<float*>(host), {static_cast<int64_t>(n)}, torch::kFloat32);

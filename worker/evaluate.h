@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "muloco/v1/muloco.pb.h"
-#include "worker/session.h"
+#include "worker/worker_options.h"
 
 namespace muloco {
 

@@ -2,8 +2,8 @@
 #include "worker/replica.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/checksum.h"
-#include "common/codec.h"
+#include "codec/checksum.h"
+#include "codec/codec.h"
 
 namespace muloco {
 

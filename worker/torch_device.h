@@ -5,7 +5,6 @@
 #include <torch/torch.h>
 
 #include "worker/device.h"
-#include "worker/device_floats.h"
 
 namespace muloco {
 
@@ -13,11 +12,9 @@ inline torch::Device TorchDevice(const ComputeDevice& d) {
   return d.cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(d.index)) : torch::Device(torch::kCPU);
 }
 
-struct DeviceFloats::Impl {
-  torch::Tensor t;  // 1-D, fp32, contiguous
-};
-
-inline torch::Tensor& TensorOf(DeviceFloats& f) { return f.impl().t; }
-inline const torch::Tensor& TensorOf(const DeviceFloats& f) { return f.impl().t; }
+class DeviceFloats;  // worker/device_floats.h
+// The tensor under a DeviceFloats: 1-D, fp32, contiguous (defined in device_floats.cc).
+torch::Tensor& TensorOf(DeviceFloats& f);
+const torch::Tensor& TensorOf(const DeviceFloats& f);
 
 }  // namespace muloco

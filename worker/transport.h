@@ -1,6 +1,6 @@
 // The worker's view of the server: the calls a worker makes, whatever carries them. Two
 // implementations: ServerClient (gRPC, worker/client.h) and LocalTransport (in-process over
-// a RoundEngine, worker/local_transport.h: tests and simulations run N workers in one
+// a RoundEngine, inprocess/local_transport.h: tests and simulations run N workers in one
 // process). Both return the engine's status codes (server/round_engine.h); what a worker
 // does with each code is in worker/session.cc and worker/retry.h. Thread-safe: a worker's
 // heartbeat thread calls Heartbeat while its main thread pushes or waits.

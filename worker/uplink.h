@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/codec.h"
+#include "codec/codec.h"
 #include "common/landed.h"
 #include "worker/device.h"
 #include "worker/device_floats.h"

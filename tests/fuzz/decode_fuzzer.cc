@@ -1,4 +1,4 @@
-// libFuzzer target for the payload decoder (common/codec.h: DecodeAccumulate, VoteAccumulate).
+// libFuzzer target for the payload decoder (codec/codec.h: DecodeAccumulate, VoteAccumulate).
 //
 // Input: 2 control bytes (expected element count n and optional header fix-ups, see
 // fuzz_input.h), then the payload. Whatever the bytes, decoding must either
@@ -21,7 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "common/codec.h"
+#include "codec/codec.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace {

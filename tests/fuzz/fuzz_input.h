@@ -14,15 +14,15 @@
 #include <cstdint>
 #include <cstring>
 
-#include "common/checksum.h"
-#include "common/codec.h"
+#include "codec/checksum.h"
+#include "codec/codec.h"
 
 namespace muloco::fuzz {
 
 inline constexpr size_t kControlBytes = 2;
 inline constexpr uint32_t kMaxElements = 5000;
 inline constexpr uint16_t kFixChecksum = 1, kFixBodySize = 2, kFixElements = 4, kFixAll = 7;
-// Seed of the body checksum (see the payload format in common/codec.h). The fuzzer checks
+// Seed of the body checksum (see the payload format in codec/codec.h). The fuzzer checks
 // at start-up that a payload it re-checksums still decodes, so a drift here is caught.
 inline constexpr uint64_t kBodySeed = 0x626f6479ULL;
 

@@ -37,7 +37,7 @@ SAN="-fsanitize=address,undefined -fno-sanitize-recover=all"
 # Coverage instrumentation for everything the decoder runs; the runtime is linked last.
 export CXX WORK COMPILE="$CXX $COMMON_FLAGS $SAN -fsanitize=fuzzer-no-link"
 
-SOURCES=(common/codec.cc common/codec_schemes.cc common/codec_backend_cpu.cc common/checksum.cc common/parallel.cc "$SRC"/kernels/cpu/*.cc tests/fuzz/decode_fuzzer.cc tests/fuzz/make_seeds.cc)
+SOURCES=(codec/codec.cc codec/codec_schemes.cc codec/codec_backend_cpu.cc codec/checksum.cc codec/parallel.cc "$SRC"/kernels/cpu/*.cc tests/fuzz/decode_fuzzer.cc tests/fuzz/make_seeds.cc)
 SOURCES=("${SOURCES[@]#"$SRC"/}")
 mkdir -p "$WORK/obj"
 start=$(date +%s)

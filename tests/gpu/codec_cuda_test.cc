@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "common/codec.h"
-#include "common/codec_backend.h"
+#include "codec/codec.h"
+#include "codec/codec_backend.h"
 
 namespace muloco {
 namespace {

@@ -1,5 +1,5 @@
 """Hostile volunteers for muloco: a numpy encoder of the uplink codecs (dense-fp32 and Lloyd
-2-/1-/4-bit, with `keep` and `vectors=same`), written from common/codec.h and the kernels it
+2-/1-/4-bit, with `keep` and `vectors=same`), written from codec/codec.h and the kernels it
 names; an `Attacker` that joins with a token, follows the rounds, estimates the honest mean
 update from the public model's steps and pushes what a strategy makes of it; and the
 strategies the adversary tests and bench/attacks.py run.
@@ -7,7 +7,7 @@ strategies the adversary tests and bench/attacks.py run.
 Bit order of the packed codes: LSB first, element i of a segment occupying bits
 [i*b, (i+1)*b) of the little-endian byte stream (kernels/bitpack.h:1-2; the loop
 `v |= c[t] << (t * bits)` in kernels/cpu/bitpack.cc:18). A segment holds every chunk's decode
-table first, then every chunk's codes (common/codec_schemes.cc:171-175, EncodeQuant).
+table first, then every chunk's codes (codec/codec_schemes.cc:171-175, EncodeQuant).
 `python3 attacks.py` checks the encoder byte for byte against tests/data/codec_golden.txt.
 """
 import collections
@@ -45,7 +45,7 @@ HONEST_NORM_RATIO = 1.0
 # ---------------------------------------------------------------- the codec, independently
 
 def parse_codec(spec):
-    """{"scheme", "bits", "chunk", "keep", "dense_vectors"} of a codec spec (common/codec.h);
+    """{"scheme", "bits", "chunk", "keep", "dense_vectors"} of a codec spec (codec/codec.h);
     only dense-fp32 and lloyd are encoded here."""
     name, _, rest = spec.partition(":")
     name = {"fp32": "dense-fp32"}.get(name, name)
@@ -66,7 +66,7 @@ def parse_codec(spec):
 
 
 def keep_k(c):
-    """Kept elements per chunk of a `keep` codec (0: every element): common/codec_schemes.cc PlanQuant."""
+    """Kept elements per chunk of a `keep` codec (0: every element): codec/codec_schemes.cc PlanQuant."""
     if c["keep"] <= 0:
         return 0
     k = max(8, int(np.floor(c["keep"] * c["chunk"] / 8)) * 8)

@@ -1,6 +1,6 @@
 """An independent muloco client in Python (grpcio + the documented formats): the session
 metadata of proto/muloco/v1/muloco.proto, the GPT parameter layout of
-common/model_layout.cc and payloads written from the byte layout in common/codec.h. Tests use
+common/model_layout.cc and payloads written from the byte layout in codec/codec.h. Tests use
 it as an honest probe and as a hostile peer."""
 import os
 import struct

@@ -3,7 +3,7 @@
 // kernels moved behind a backend table). Any change to what goes on the wire, or to the
 // error-feedback arithmetic, shows up here as a changed hash.
 // Regenerate (only for a deliberate format change): MULOCO_WRITE_GOLDEN=1 codec_golden_test
-#include "common/codec.h"
+#include "codec/codec.h"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "common/checksum.h"
+#include "codec/checksum.h"
 
 namespace muloco {
 namespace {

@@ -1,9 +1,9 @@
 // Payload codec: every scheme round-trips at sizes 0, 1, C-1, C, C+1 and large with sizes
 // equal to their formula; error feedback conserves the signal exactly; hostile payloads are
 // rejected without writes.
-#include "common/codec.h"
+#include "codec/codec.h"
 
-#include "common/checksum.h"
+#include "codec/checksum.h"
 
 #include <gtest/gtest.h>
 

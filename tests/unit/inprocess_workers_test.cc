@@ -16,7 +16,7 @@
 #include "common/run_config.h"
 #include "server/round_engine.h"
 #include "server/run_server.h"
-#include "worker/local_transport.h"
+#include "inprocess/local_transport.h"
 #include "worker/session.h"
 
 namespace muloco {

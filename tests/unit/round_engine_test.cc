@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/checksum.h"
+#include "codec/checksum.h"
 
 namespace muloco {
 namespace {

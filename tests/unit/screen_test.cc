@@ -13,7 +13,7 @@
 #include <tuple>
 #include <vector>
 
-#include "common/codec.h"
+#include "codec/codec.h"
 
 namespace muloco {
 namespace {

@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "common/checksum.h"
-#include "common/codec.h"
+#include "codec/checksum.h"
+#include "codec/codec.h"
 #include "worker/replica.h"
 #include "worker/uplink.h"
 

@@ -1,5 +1,5 @@
 // LocalTransport (see local_transport.h).
-#include "worker/local_transport.h"
+#include "inprocess/local_transport.h"
 
 #include "common/worker_stats.h"
 

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "common/codec.h"
-#include "common/codec_backend.h"
+#include "codec/codec_backend.h"
+#include "codec/codec_types.h"
 
 namespace muloco::codec_internal {
 

@@ -1,6 +1,6 @@
 // The table of codec schemes (codec_schemes.h): for each, its checks, size, plan, encoder
 // (a sequence of CodecBackend calls, the same on the CPU and CUDA) and host decoder.
-#include "common/codec_schemes.h"
+#include "codec/codec_schemes.h"
 
 #include <algorithm>
 #include <cmath>

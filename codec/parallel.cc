@@ -1,5 +1,5 @@
 // ParallelUnits (see parallel.h).
-#include "common/parallel.h"
+#include "codec/parallel.h"
 
 #include <algorithm>
 #include <thread>

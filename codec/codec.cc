@@ -1,6 +1,6 @@
 // Payload framing (header, segment table, checksum), planning and the public codec API (see
 // codec.h); each scheme's own code is in its table entry (codec_schemes.cc).
-#include "common/codec.h"
+#include "codec/codec.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,9 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "common/checksum.h"
-#include "common/codec_schemes.h"
-#include "common/parallel.h"
+#include "codec/checksum.h"
+#include "codec/codec_schemes.h"
+#include "codec/parallel.h"
 #include "kernels/sign.h"
 
 namespace muloco {

@@ -1,5 +1,5 @@
 // xxHash64 wrapper.
-#include "common/checksum.h"
+#include "codec/checksum.h"
 
 #include <xxhash.h>
 

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <vector>
 
-#include "common/codec_backend.h"
+#include "codec/codec_backend.h"
 #include "kernels/bf16.h"
 #include "kernels/bitpack.h"
 #include "kernels/error_feedback.h"

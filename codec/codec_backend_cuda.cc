@@ -2,7 +2,7 @@
 // Payload bytes leave the device through a pinned host buffer, one asynchronous copy per
 // part, waited for once per payload. Built with MULOCO_WITH_CUDA; otherwise MakeCudaBackend
 // says why there is none.
-#include "common/codec_backend.h"
+#include "codec/codec_backend.h"
 
 #ifdef MULOCO_WITH_CUDA
 #include <cuda_runtime.h>

@@ -1,0 +1,57 @@
+"""The project's own rules, checked the way .ci/run checks them: scripts/check_layers.py
+passes on the tree and fails, naming the include, on a tree that breaks the layer rule or
+has a cycle inside a folder."""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SCRIPT = os.path.join(ROOT, "scripts", "check_layers.py")
+
+
+def check(root):
+    r = subprocess.run([sys.executable, SCRIPT, root], capture_output=True, text=True)
+    return r.returncode, r.stdout
+
+
+def tree(files):
+    d = tempfile.mkdtemp()
+    for path, text in files.items():
+        os.makedirs(os.path.join(d, os.path.dirname(path)), exist_ok=True)
+        with open(os.path.join(d, path), "w") as f:
+            f.write(text)
+    return d
+
+
+class ProjectRules(unittest.TestCase):
+    def test_the_tree_follows_the_layer_rule(self):
+        rc, out = check(ROOT)
+        self.assertEqual(rc, 0, out)
+
+    def test_an_include_upwards_or_across_is_named(self):
+        rc, out = check(tree({
+            "codec/codec.h": '#include "common/log.h"\n',        # upwards
+            "worker/client.h": '#include "server/engine.h"\n',   # across peers
+            "server/engine.h": '#include "codec/codec.h"\n#include "absl/status/status.h"\n',  # fine
+            "common/log.h": "",
+        }))
+        self.assertEqual(rc, 1, out)
+        self.assertIn("codec/codec.h: includes common/log.h", out)
+        self.assertIn("worker/client.h: includes server/engine.h", out)
+        self.assertNotIn("server/engine.h: includes", out)
+
+    def test_a_cycle_inside_a_folder_is_named(self):
+        rc, out = check(tree({
+            "common/a.h": "", "common/a.cc": '#include "common/b.h"\n',
+            "common/b.h": '#include "common/a.h"\n',
+            "common/c.h": '#include "common/a.h"\n',  # an edge, not a cycle
+        }))
+        self.assertEqual(rc, 1, out)
+        self.assertIn("back-edge inside a folder: common/a -> common/b -> common/a", out)
+        self.assertNotIn("common/c", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
