@@ -29,7 +29,7 @@ T MedianInPlace(std::vector<T>* v) {
 double Median(std::vector<double> v) { return MedianInPlace(&v); }
 
 // The lower median: of a pair, the smaller. What a history is made of, so that one of two
-// participants cannot raise it (the mean of a pair is half the larger one's).
+// participants cannot raise it (the mean of a pair is at least half the larger one).
 double LowerMedian(std::vector<double> v) {
   std::nth_element(v.begin(), v.begin() + (v.size() - 1) / 2, v.end());
   return v[(v.size() - 1) / 2];
