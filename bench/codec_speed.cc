@@ -225,100 +225,88 @@ void RunCodecs(const std::vector<uint64_t>& sizes, const std::vector<std::string
   }
 }
 
-// Raw kernels over 4096-element chunks, as the codec calls them: per-chunk scratch (codes,
-// lut, indices) is reused, outputs that the payload keeps (packed codes, sign bits) are laid
-// out over the whole buffer.
-void RunKernels(uint64_t n, int repeats) {
-  constexpr size_t kChunk = 4096, kK = 32;
-  const size_t nc = n / kChunk;
-  n = nc * kChunk;
-  if (nc == 0) return;
-  std::vector<float> x(n), dst(n), e(n), sum(n, 0.0f);
-  FillNormal(x.data(), n, 0x6b65726eULL);
-  std::fill(dst.begin(), dst.end(), 1.0f);
-  std::vector<uint8_t> codes(kChunk), packed(muloco::kernels::PackedBytes(n, 2)), signs(muloco::kernels::PackedBytes(n, 1));
-  std::vector<uint8_t> all_codes(n);  // for the decode-side kernels
-  std::vector<uint32_t> idx(kK);
-  std::vector<int32_t> counts(n, 0);
-  float lut[256];
-  MemcpyRef ref{x.data(), dst.data(), n};
-  for (int r = 0; r < 5; ++r) ref.Probe();
-  // Codes for PackCodes / UnpackCodes / DequantizeAccumulate, from a real quantization.
-  for (size_t c = 0; c < nc; ++c) kc::StatQuantize(x.data() + c * kChunk, kChunk, 2, lut, all_codes.data() + c * kChunk);
+// Buffers for the raw kernels: inputs, per-chunk scratch (codes, lut, indices) reused, and
+// outputs that the payload keeps (packed codes, sign bits) laid out over the whole buffer.
+struct KernelBuffers {
+  static constexpr size_t kChunk = 4096, kK = 32;
+  explicit KernelBuffers(uint64_t n_in)
+      : nc(n_in / kChunk), n(nc * kChunk), x(n), dst(n, 1.0f), e(n), sum(n, 0.0f), codes(kChunk),
+        packed(muloco::kernels::PackedBytes(n, 2)), signs(muloco::kernels::PackedBytes(n, 1)), all_codes(n), idx(kK),
+        counts(n, 0) {
+    FillNormal(x.data(), n, 0x6b65726eULL);
+    // Codes for PackCodes / UnpackCodes / DequantizeAccumulate, from a real quantization.
+    for (size_t c = 0; c < nc; ++c) kc::StatQuantize(x.data() + c * kChunk, kChunk, 2, lut, all_codes.data() + c * kChunk);
+  }
+  float* X(size_t c) { return x.data() + c * kChunk; }
+  uint8_t* Codes(size_t c) { return all_codes.data() + c * kChunk; }
+  float* Sum(size_t c) { return sum.data() + c * kChunk; }
+  // Something of every output, so the compiler keeps the work.
+  uint64_t Sink() const {
+    return packed[n / 8] + signs[n / 16] + idx[0] + static_cast<uint64_t>(sum[n / 2] != 0.0f) +
+           static_cast<uint64_t>(lut[0] != 0.0f) + static_cast<uint64_t>(e[n / 2] != 0.0f) +
+           static_cast<uint64_t>(counts[n / 2]);
+  }
 
-  struct Item {
-    const char* name;
-    double aim;
-    std::function<void()> op;
-    std::function<void()> setup = nullptr;
-  };
-  const std::vector<Item> items = {
-      {"StatQuantize 2-bit", 4,
-       [&] {
-         for (size_t c = 0; c < nc; ++c) kc::StatQuantize(x.data() + c * kChunk, kChunk, 2, lut, codes.data());
-       }},
-      {"GaussianQuantize 2-bit", 4,
-       [&] {
-         for (size_t c = 0; c < nc; ++c) kc::GaussianQuantize(x.data() + c * kChunk, kChunk, 2, lut, codes.data());
-       }},
+  const size_t nc, n;
+  std::vector<float> x, dst, e, sum;
+  std::vector<uint8_t> codes, packed, signs, all_codes;
+  std::vector<uint32_t> idx;
+  std::vector<int32_t> counts;
+  float lut[256] = {};
+};
+
+struct KernelItem {
+  const char* name;
+  double aim;
+  std::function<void(size_t chunk)> op;
+  std::function<void()> setup = nullptr;
+};
+
+// Each kernel as the codec calls it, on one chunk.
+std::vector<KernelItem> KernelItems(KernelBuffers& b) {
+  constexpr size_t kChunk = KernelBuffers::kChunk;
+  return {
+      {"StatQuantize 2-bit", 4, [&](size_t c) { kc::StatQuantize(b.X(c), kChunk, 2, b.lut, b.codes.data()); }},
+      {"GaussianQuantize 2-bit", 4, [&](size_t c) { kc::GaussianQuantize(b.X(c), kChunk, 2, b.lut, b.codes.data()); }},
       {"LinearQuantize 2-bit", 4,
-       [&] {
+       [&](size_t c) {
          float lo, step;
-         for (size_t c = 0; c < nc; ++c) kc::LinearQuantize(x.data() + c * kChunk, kChunk, 2, &lo, &step, codes.data());
+         kc::LinearQuantize(b.X(c), kChunk, 2, &lo, &step, b.codes.data());
        }},
-      {"PackCodes 2-bit", 4,
-       [&] {
-         for (size_t c = 0; c < nc; ++c)
-           kc::PackCodes(all_codes.data() + c * kChunk, kChunk, 2, packed.data() + c * kChunk / 4);
-       }},
-      {"MeanAbs", 4, [&] { for (size_t c = 0; c < nc; ++c) lut[0] += kc::MeanAbs(x.data() + c * kChunk, kChunk); }},
-      {"SignPack", 4,
-       [&] {
-         for (size_t c = 0; c < nc; ++c) kc::SignPack(x.data() + c * kChunk, kChunk, c * kChunk, signs.data() + c * kChunk / 8);
-       }},
-      {"EfUpdate (beta 1)", 4,
-       [&] {
-         for (size_t c = 0; c < nc; ++c) kc::EfUpdate(e.data() + c * kChunk, x.data() + c * kChunk, kChunk, 1.0f);
-       },
-       [&] { std::fill(e.begin(), e.end(), 0.0f); }},
-      {"TopKChunk k=32", 8,
-       [&] {
-         for (size_t c = 0; c < nc; ++c) kc::TopKChunk(x.data() + c * kChunk, kChunk, kK, idx.data());
-       }},
-      {"UnpackCodes 2-bit", 0,
-       [&] {
-         for (size_t c = 0; c < nc; ++c)
-           kc::UnpackCodes(packed.data() + c * kChunk / 4, kChunk, 2, all_codes.data() + c * kChunk);
-       }},
-      {"DequantizeAccumulate", 0,
-       [&] {
-         for (size_t c = 0; c < nc; ++c)
-           kc::DequantizeAccumulate(lut, all_codes.data() + c * kChunk, kChunk, sum.data() + c * kChunk);
-       }},
-      {"SignAccumulate", 0,
-       [&] {
-         for (size_t c = 0; c < nc; ++c)
-           kc::SignAccumulate(signs.data() + c * kChunk / 8, kChunk, 0.5f, sum.data() + c * kChunk);
-       }},
+      {"PackCodes 2-bit", 4, [&](size_t c) { kc::PackCodes(b.Codes(c), kChunk, 2, b.packed.data() + c * kChunk / 4); }},
+      {"MeanAbs", 4, [&](size_t c) { b.lut[0] += kc::MeanAbs(b.X(c), kChunk); }},
+      {"SignPack", 4, [&](size_t c) { kc::SignPack(b.X(c), kChunk, c * kChunk, b.signs.data() + c * kChunk / 8); }},
+      {"EfUpdate (beta 1)", 4, [&](size_t c) { kc::EfUpdate(b.e.data() + c * kChunk, b.X(c), kChunk, 1.0f); },
+       [&] { std::fill(b.e.begin(), b.e.end(), 0.0f); }},
+      {"TopKChunk k=32", 8, [&](size_t c) { kc::TopKChunk(b.X(c), kChunk, KernelBuffers::kK, b.idx.data()); }},
+      {"UnpackCodes 2-bit", 0, [&](size_t c) { kc::UnpackCodes(b.packed.data() + c * kChunk / 4, kChunk, 2, b.Codes(c)); }},
+      {"DequantizeAccumulate", 0, [&](size_t c) { kc::DequantizeAccumulate(b.lut, b.Codes(c), kChunk, b.Sum(c)); }},
+      {"SignAccumulate", 0, [&](size_t c) { kc::SignAccumulate(b.signs.data() + c * kChunk / 8, kChunk, 0.5f, b.Sum(c)); }},
       {"VoteAccumulate", 0,
-       [&] {
-         for (size_t c = 0; c < nc; ++c) kc::VoteAccumulate(signs.data() + c * kChunk / 8, kChunk, counts.data() + c * kChunk);
-       }},
+       [&](size_t c) { kc::VoteAccumulate(b.signs.data() + c * kChunk / 8, kChunk, b.counts.data() + c * kChunk); }},
   };
+}
+
+// Raw kernels over 4096-element chunks, as the codec calls them.
+void RunKernels(uint64_t n, int repeats) {
+  KernelBuffers b(n);
+  if (b.nc == 0) return;
+  MemcpyRef ref{b.x.data(), b.dst.data(), b.n};
+  for (int r = 0; r < 5; ++r) ref.Probe();
   std::vector<Row> rows;
-  for (const Item& it : items) {
-    const double t = Best(repeats, it.op, [&] {
-      if (it.setup) it.setup();
-      ref.Probe();
-    });
+  for (const KernelItem& it : KernelItems(b)) {
+    const double t = Best(
+        repeats, [&] { for (size_t c = 0; c < b.nc; ++c) it.op(c); },
+        [&] {
+          if (it.setup) it.setup();
+          ref.Probe();
+        });
     rows.push_back({it.name, "", t, it.aim});
   }
   std::printf("\nRaw CPU kernels, N = %s in %zu chunks of %zu   memcpy (best in block): %.2f ms, %.2f GB/s\n",
-              SizeName(n).c_str(), nc, kChunk, ref.best * 1e3, 4.0 * n / ref.best / 1e9);
-  PrintRows("kernel", rows, n, ref.best);
-  g_sink = g_sink + packed[n / 8] + signs[n / 16] + idx[0] + static_cast<uint64_t>(sum[n / 2] != 0.0f) +
-           static_cast<uint64_t>(lut[0] != 0.0f) + static_cast<uint64_t>(e[n / 2] != 0.0f) +
-           static_cast<uint64_t>(counts[n / 2]);
+              SizeName(b.n).c_str(), b.nc, KernelBuffers::kChunk, ref.best * 1e3, 4.0 * b.n / ref.best / 1e9);
+  PrintRows("kernel", rows, b.n, ref.best);
+  g_sink = g_sink + b.Sink();
 }
 
 }  // namespace

@@ -228,14 +228,11 @@ class Barrier {
   uint64_t gen_ = 0;
 };
 
-// Part 2: the gRPC server on loopback with `workers` client threads.
-Row OverGrpc(const v1::RunConfig& config, const std::string& codec, size_t workers, int rounds,
-             const std::vector<std::string>& payloads) {
-  const size_t n = TotalParams(GptLayout(config.model()));
+// The server of part 2: loopback, plaintext, open join, a round closes on every worker's push.
+ServerOptions ScaleServerOptions(const v1::RunConfig& config, size_t workers, int rounds) {
   ServerOptions so;
   so.listen = "127.0.0.1:0";
   so.port_file = "/tmp/muloco-scale-" + std::to_string(getpid()) + ".port";
-  std::remove(so.port_file.c_str());
   so.config = config;
   so.config.set_total_rounds(rounds + 1);
   so.config.set_eval_every(0);
@@ -247,18 +244,47 @@ Row OverGrpc(const v1::RunConfig& config, const std::string& codec, size_t worke
   so.auth.open_join = true;
   so.auth.max_joins_per_token_per_minute = 1024;
   so.checkpoint_every = 0;
+  return so;
+}
+
+std::string WaitForPort(const std::string& port_file) {
+  for (int i = 0; i < 600; ++i) {
+    absl::StatusOr<std::string> p = ReadFile(port_file);
+    if (p.ok() && !absl::StripAsciiWhitespace(*p).empty()) return std::string(absl::StripAsciiWhitespace(*p));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return "";
+}
+
+using Spans = std::vector<std::vector<std::pair<Clock_::time_point, Clock_::time_point>>>;
+
+// Mean over the timed rounds (1..rounds) of the first push's start to the last reply's end.
+double MeanRoundSeconds(const Spans& spans, int rounds) {
+  double total = 0;
+  for (int r = 1; r <= rounds; ++r) {
+    auto first = spans[0][r].first, last = spans[0][r].second;
+    for (size_t w = 1; w < spans.size(); ++w) {
+      first = std::min(first, spans[w][r].first);
+      last = std::max(last, spans[w][r].second);
+    }
+    total += std::chrono::duration<double>(last - first).count();
+  }
+  return total / rounds;
+}
+
+// Part 2: the gRPC server on loopback with `workers` client threads.
+Row OverGrpc(const v1::RunConfig& config, const std::string& codec, size_t workers, int rounds,
+             const std::vector<std::string>& payloads) {
+  const size_t n = TotalParams(GptLayout(config.model()));
+  const ServerOptions so = ScaleServerOptions(config, workers, rounds);
+  std::remove(so.port_file.c_str());
   std::atomic<bool> stop{false}, reload{false};
   const double rss0 = RssMiB("VmRSS:");
   ResetPeakRss();
   std::thread server([&] { RunServer(so, &stop, &reload); });
-  std::string port;
-  for (int i = 0; i < 600 && port.empty(); ++i) {
-    absl::StatusOr<std::string> p = ReadFile(so.port_file);
-    if (p.ok()) port = std::string(absl::StripAsciiWhitespace(*p));
-    if (port.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const std::string port = WaitForPort(so.port_file);
   Row row{"grpc", codec, n, workers};
-  std::vector<std::vector<std::pair<Clock_::time_point, Clock_::time_point>>> spans(workers);
+  Spans spans(workers);
   std::atomic<int> failures{0};
   Barrier barrier(workers);
   std::vector<std::thread> clients;
@@ -296,35 +322,14 @@ Row OverGrpc(const v1::RunConfig& config, const std::string& codec, size_t worke
     row.round_s = NAN;
     return row;
   }
-  double total = 0;
-  for (int r = 1; r <= rounds; ++r) {
-    auto first = spans[0][r].first, last = spans[0][r].second;
-    for (size_t w = 1; w < workers; ++w) {
-      first = std::min(first, spans[w][r].first);
-      last = std::max(last, spans[w][r].second);
-    }
-    total += std::chrono::duration<double>(last - first).count();
-  }
-  row.round_s = total / rounds;
+  row.round_s = MeanRoundSeconds(spans, rounds);
   row.close_s = NAN;
   for (size_t w = 0; w < workers; ++w) row.up_bytes += payloads[w % payloads.size()].size();
   return row;
 }
 
-}  // namespace
-}  // namespace muloco
-
-int main(int argc, char** argv) {
-  using namespace muloco;
-  absl::ParseCommandLine(argc, argv);
-  SetMinLogLevel(LogLevel::kError);  // not even the servers' --insecure warning: the tables are the output
-  const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
-  int threads = absl::GetFlag(FLAGS_push_threads);
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::string> codecs = absl::StrSplit(absl::GetFlag(FLAGS_codecs), ',', absl::SkipEmpty());
-  std::vector<Row> rows;
-  std::printf("bench/scale: %u cores, %d push threads, %d timed rounds per cell after one untimed\n",
-              std::thread::hardware_concurrency(), threads, rounds);
+// Part 1 over every codec, size and worker count (within --max_work, --max_payload_gib).
+void Part1(const std::vector<std::string>& codecs, int rounds, int threads, std::vector<Row>* rows) {
   PrintHeader("part 1: RoundEngine + codecs, N simulated workers in-process (LocalTransport)");
   for (const std::string& codec : codecs) {
     for (double size : Numbers(absl::GetFlag(FLAGS_sizes))) {
@@ -342,34 +347,58 @@ int main(int argc, char** argv) {
           continue;
         }
         if (payloads.empty()) payloads = Payloads(plan, n, 4);
-        rows.push_back(InProcess(config, codec, workers, rounds, threads, payloads));
-        Print(rows.back());
+        rows->push_back(InProcess(config, codec, workers, rounds, threads, payloads));
+        Print(rows->back());
       }
     }
   }
-  if (absl::GetFlag(FLAGS_grpc_size) > 0) {
-    PrintHeader("part 2: the gRPC server on loopback, N client threads (close s: not measured)");
-    for (const std::string& codec : codecs) {
-      const v1::RunConfig config = ConfigFor(absl::GetFlag(FLAGS_grpc_size), codec);
-      const ParamLayout layout = GptLayout(config.model());
-      const std::vector<Segment> plan = PlanSegments(CodecShapes(layout), *ParseCodec(config.uplink_codec()));
-      const std::vector<std::string> payloads = Payloads(plan, TotalParams(layout), 4);
-      for (double w : Numbers(absl::GetFlag(FLAGS_grpc_workers))) {
-        rows.push_back(OverGrpc(config, codec, static_cast<size_t>(w), rounds, payloads));
-        Print(rows.back());
-      }
+}
+
+// Part 2 over every codec and client count at --grpc_size.
+void Part2(const std::vector<std::string>& codecs, int rounds, std::vector<Row>* rows) {
+  PrintHeader("part 2: the gRPC server on loopback, N client threads (close s: not measured)");
+  for (const std::string& codec : codecs) {
+    const v1::RunConfig config = ConfigFor(absl::GetFlag(FLAGS_grpc_size), codec);
+    const ParamLayout layout = GptLayout(config.model());
+    const std::vector<Segment> plan = PlanSegments(CodecShapes(layout), *ParseCodec(config.uplink_codec()));
+    const std::vector<std::string> payloads = Payloads(plan, TotalParams(layout), 4);
+    for (double w : Numbers(absl::GetFlag(FLAGS_grpc_workers))) {
+      rows->push_back(OverGrpc(config, codec, static_cast<size_t>(w), rounds, payloads));
+      Print(rows->back());
     }
   }
+}
+
+absl::Status WriteCsv(const std::string& path, const std::vector<Row>& rows) {
+  std::string csv = "part,codec,params,workers,round_s,close_s,mem_mib,up_bytes_per_round,down_bytes_per_round\n";
+  for (const Row& r : rows) {
+    char line[256];
+    std::snprintf(line, sizeof line, "%s,%s,%zu,%zu,%.6f,%.6f,%.1f,%llu,%llu\n", r.part.c_str(), r.codec.c_str(),
+                  r.params, r.workers, r.round_s, r.close_s, r.mem_mib, static_cast<unsigned long long>(r.up_bytes),
+                  static_cast<unsigned long long>(r.down_bytes));
+    csv += line;
+  }
+  return WriteFileAtomic(path, csv);
+}
+
+}  // namespace
+}  // namespace muloco
+
+int main(int argc, char** argv) {
+  using namespace muloco;
+  absl::ParseCommandLine(argc, argv);
+  SetMinLogLevel(LogLevel::kError);  // not even the servers' --insecure warning: the tables are the output
+  const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
+  int threads = absl::GetFlag(FLAGS_push_threads);
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::string> codecs = absl::StrSplit(absl::GetFlag(FLAGS_codecs), ',', absl::SkipEmpty());
+  std::vector<Row> rows;
+  std::printf("bench/scale: %u cores, %d push threads, %d timed rounds per cell after one untimed\n",
+              std::thread::hardware_concurrency(), threads, rounds);
+  Part1(codecs, rounds, threads, &rows);
+  if (absl::GetFlag(FLAGS_grpc_size) > 0) Part2(codecs, rounds, &rows);
   if (const std::string path = absl::GetFlag(FLAGS_csv); !path.empty()) {
-    std::string csv = "part,codec,params,workers,round_s,close_s,mem_mib,up_bytes_per_round,down_bytes_per_round\n";
-    for (const Row& r : rows) {
-      char line[256];
-      std::snprintf(line, sizeof line, "%s,%s,%zu,%zu,%.6f,%.6f,%.1f,%llu,%llu\n", r.part.c_str(), r.codec.c_str(),
-                    r.params, r.workers, r.round_s, r.close_s, r.mem_mib, static_cast<unsigned long long>(r.up_bytes),
-                    static_cast<unsigned long long>(r.down_bytes));
-      csv += line;
-    }
-    if (absl::Status s = WriteFileAtomic(path, csv); !s.ok()) {
+    if (absl::Status s = WriteCsv(path, rows); !s.ok()) {
       std::fprintf(stderr, "scale: %s\n", s.ToString().c_str());
       return 1;
     }

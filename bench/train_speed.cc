@@ -34,79 +34,89 @@ ABSL_FLAG(std::string, data, muloco::kDefaultCorpus, "Corpus: a text directory o
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda, cuda:N or auto (as muloco-worker --device)");
 ABSL_FLAG(std::string, dtype, "fp32", "fp32, or bf16 autocast on CUDA");
 
-int main(int argc, char** argv) {
-  using namespace muloco;
-  using Clock = std::chrono::steady_clock;
-  ParseCommandLine(argc, argv, "train_speed: inner-loop tokens/s of the demo model and bytes per round.");
-  const int steps = absl::GetFlag(FLAGS_steps), warmup = absl::GetFlag(FLAGS_warmup);
-  const int threads = absl::GetFlag(FLAGS_threads);
-  if (steps < 1 || warmup < 0 || threads < 1) {
-    std::fprintf(stderr, "train_speed: --steps and --threads must be >= 1, --warmup >= 0\n");
-    return 2;
-  }
-  at::set_num_threads(threads);
+namespace {
 
-  const v1::RunConfig config = RunConfigFromFlags();
-  if (absl::Status s = ValidateRunConfig(config); !s.ok()) {
-    std::fprintf(stderr, "train_speed: %s\n", s.ToString().c_str());
-    return 2;
-  }
-  const v1::ModelSpec& spec = config.model();
-  absl::StatusOr<Corpus> corpus =
-      LoadCorpus(absl::GetFlag(FLAGS_data), "", spec.vocab_size(), spec.context());
-  if (!corpus.ok()) {
-    std::fprintf(stderr, "train_speed: %s\n", corpus.status().ToString().c_str());
-    return 1;
-  }
-  const ParamLayout layout = GptLayout(spec);
-  const size_t n = TotalParams(layout);
-  absl::StatusOr<ComputeDevice> device = ResolveDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_dtype), nullptr);
-  if (!device.ok()) {
-    std::fprintf(stderr, "train_speed: %s\n", std::string(device.status().message()).c_str());
-    return 2;
-  }
-  Trainer trainer(config, &*corpus, config.data_seed(), *device);
-  trainer.SetParams(InitParams(spec, layout).data());
+using namespace muloco;
+using Clock = std::chrono::steady_clock;
 
-  // Steps count from 0 so the schedule's warmup is exercised exactly as in a real run.
+struct Timing {
+  int threads = 1, warmup = 0, steps = 1;
+  double first_loss = 0, last_loss = 0, seconds = 0;
+};
+
+// Steps count from 0 so the schedule's warmup is exercised exactly as in a real run.
+void TimeSteps(Trainer* trainer, Timing* t) {
   uint64_t step = 0;
-  double first_loss = 0;
-  for (int i = 0; i < warmup; ++i, ++step) {
-    const double loss = trainer.InnerStep(step);
-    if (i == 0) first_loss = loss;
+  for (int i = 0; i < t->warmup; ++i, ++step) {
+    const double loss = trainer->InnerStep(step);
+    if (i == 0) t->first_loss = loss;
   }
   const Clock::time_point start = Clock::now();
-  double last_loss = 0;
-  for (int i = 0; i < steps; ++i, ++step) last_loss = trainer.InnerStep(step);
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  for (int i = 0; i < t->steps; ++i, ++step) t->last_loss = trainer->InnerStep(step);
+  t->seconds = std::chrono::duration<double>(Clock::now() - start).count();
+}
 
-  const double tokens = static_cast<double>(config.batch_size()) * spec.context() * steps;
-  const double tokens_per_s = tokens / seconds;
-  // Exact payload sizes for the run's codecs (validated above), headers included.
+void PrintReport(const v1::RunConfig& config, const std::string& corpus, const ComputeDevice& device, const Timing& t) {
+  const v1::ModelSpec& spec = config.model();
+  const ParamLayout layout = GptLayout(spec);
+  const size_t n = TotalParams(layout);
+  const double tokens = static_cast<double>(config.batch_size()) * spec.context() * t.steps;
+  const double tokens_per_s = tokens / t.seconds;
+  // Exact payload sizes for the run's codecs (validated by the caller), headers included.
   const std::vector<TensorShape> shapes = CodecShapes(layout);
   const uint64_t up = PayloadBytes(PlanSegments(shapes, *ParseCodec(config.uplink_codec())));
   const uint64_t down = PayloadBytes(PlanSegments(shapes, *ParseCodec(config.downlink_codec())));
   const uint64_t dense = PayloadBytes(DenseSegments(n));
 
   std::printf("model: %s\n", DescribeRunConfig(config).c_str());
-  std::printf("corpus: %s\n", corpus->description.c_str());
-  std::printf("params: %zu, device %s, threads: %d, warmup steps: %d, timed steps: %d\n", n, device->Name().c_str(),
-              threads, warmup, steps);
-  std::printf("loss: %.4f (first warmup step) -> %.4f (last timed step)\n", first_loss, last_loss);
-  std::printf("inner loop: %.3f s for %.0f tokens = %.0f tokens/s (%.2f ms/step)\n", seconds, tokens, tokens_per_s,
-              1e3 * seconds / steps);
+  std::printf("corpus: %s\n", corpus.c_str());
+  std::printf("params: %zu, device %s, threads: %d, warmup steps: %d, timed steps: %d\n", n, device.Name().c_str(),
+              t.threads, t.warmup, t.steps);
+  std::printf("loss: %.4f (first warmup step) -> %.4f (last timed step)\n", t.first_loss, t.last_loss);
+  std::printf("inner loop: %.3f s for %.0f tokens = %.0f tokens/s (%.2f ms/step)\n", t.seconds, tokens, tokens_per_s,
+              1e3 * t.seconds / t.steps);
   // Payload bytes, headers included; gRPC/HTTP2 framing of the streamed chunks comes on top.
   std::printf("per round per worker: up %llu bytes (%s; dense fp32 is %.2fx that), down %llu bytes (%s; %.2fx)\n",
               static_cast<unsigned long long>(up), config.uplink_codec().c_str(), static_cast<double>(dense) / up,
               static_cast<unsigned long long>(down), config.downlink_codec().c_str(), static_cast<double>(dense) / down);
-  std::printf("muloco_threads %d\n", threads);
+  std::printf("muloco_threads %d\n", t.threads);
   std::printf("muloco_params %zu\n", n);
   std::printf("muloco_tokens_per_s %.0f\n", tokens_per_s);
-  std::printf("muloco_step_ms %.3f\n", 1e3 * seconds / steps);
+  std::printf("muloco_step_ms %.3f\n", 1e3 * t.seconds / t.steps);
   std::printf("muloco_uplink_codec %s\n", config.uplink_codec().c_str());
   std::printf("muloco_downlink_codec %s\n", config.downlink_codec().c_str());
   std::printf("muloco_bytes_up_per_round %llu\n", static_cast<unsigned long long>(up));
   std::printf("muloco_bytes_down_per_round %llu\n", static_cast<unsigned long long>(down));
   std::printf("muloco_bytes_dense_fp32 %llu\n", static_cast<unsigned long long>(dense));
+}
+
+int Fail(int rc, const absl::Status& s) {
+  std::fprintf(stderr, "train_speed: %s\n", std::string(s.message()).c_str());
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ParseCommandLine(argc, argv, "train_speed: inner-loop tokens/s of the demo model and bytes per round.");
+  Timing t;
+  t.steps = absl::GetFlag(FLAGS_steps);
+  t.warmup = absl::GetFlag(FLAGS_warmup);
+  t.threads = absl::GetFlag(FLAGS_threads);
+  if (t.steps < 1 || t.warmup < 0 || t.threads < 1) {
+    return Fail(2, absl::InvalidArgumentError("--steps and --threads must be >= 1, --warmup >= 0"));
+  }
+  at::set_num_threads(t.threads);
+  const v1::RunConfig config = RunConfigFromFlags();
+  if (absl::Status s = ValidateRunConfig(config); !s.ok()) return Fail(2, s);
+  const v1::ModelSpec& spec = config.model();
+  absl::StatusOr<Corpus> corpus = LoadCorpus(absl::GetFlag(FLAGS_data), "", spec.vocab_size(), spec.context());
+  if (!corpus.ok()) return Fail(1, corpus.status());
+  absl::StatusOr<ComputeDevice> device = ResolveDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_dtype), nullptr);
+  if (!device.ok()) return Fail(2, device.status());
+  Trainer trainer(config, &*corpus, config.data_seed(), *device);
+  trainer.SetParams(InitParams(spec, GptLayout(spec)).data());
+  TimeSteps(&trainer, &t);
+  PrintReport(config, corpus->description, *device, t);
   return 0;
 }

@@ -154,20 +154,23 @@ absl::Status RoundEngine::LatePushLocked(Member& m, uint64_t round,
             : absl::StrCat("push for round ", round, " but round ", open_round_, " is open; fetch the model"));
 }
 
+RoundEngine::PreChecked RoundEngine::PreCheck(absl::string_view payload) const {
+  PreChecked out;
+  if (options_.aggregation == Aggregation::kVote) return out;  // checked while counting, under the lock
+  out.status = options_.uplink.empty() ? absl::OkStatus() : CheckPlan(payload, options_.uplink);
+  if (out.status.ok()) {
+    absl::StatusOr<double> n = DecodedNorm(payload, num_params_);
+    out.status = n.status();
+    out.norm = n.value_or(0);
+  }
+  return out;
+}
+
 absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_view payload) {
   // kMean: the payload is validated before taking the lock, so concurrent pushes decode on
   // all cores (each holds one segment's values, not a model).
+  const PreChecked checked = PreCheck(payload);
   const bool vote = options_.aggregation == Aggregation::kVote;
-  absl::Status checked;
-  double norm = 0;
-  if (!vote) {
-    checked = options_.uplink.empty() ? absl::OkStatus() : CheckPlan(payload, options_.uplink);
-    if (checked.ok()) {
-      absl::StatusOr<double> n = DecodedNorm(payload, num_params_);
-      checked = n.status();
-      norm = n.value_or(0);
-    }
-  }
   std::lock_guard<std::mutex> lock(mu_);
   auto member = members_.find(worker_id);
   if (member == members_.end()) {
@@ -178,7 +181,7 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
   m.last_seen = clock_->Now();
   // kMean: the result of the check above. kVote: validates while adding the signs to `counts`.
   auto validate = [&](int32_t* counts) -> absl::Status {
-    if (!vote) return checked;
+    if (!vote) return checked.status;
     if (!options_.uplink.empty()) {
       if (absl::Status s = CheckPlan(payload, options_.uplink); !s.ok()) return s;
     }
@@ -202,29 +205,38 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
     return s;
   }
   if (!vote) {
-    if (pending_bytes_ + payload.size() > options_.max_round_bytes) {
-      ++stats_.rejected_round_full;
-      return absl::ResourceExhaustedError(absl::StrCat("this round already holds ", pending_bytes_,
-                                                       " payload bytes; retry in the next round"));
-    }
-    pending_.push_back(Pending{worker_id, m.participant, std::string(payload)});
-    pending_bytes_ += payload.size();
-    stats_.held_bytes_peak = std::max(stats_.held_bytes_peak, pending_bytes_);
+    if (absl::Status s = HoldLocked(worker_id, m.participant, payload); !s.ok()) return s;
   }
+  AcceptLocked(worker_id, m, p, payload.size(), /*makes_round=*/vote || checked.norm > 0);
+  MaybeCloseLocked();
+  return absl::OkStatus();
+}
+
+absl::Status RoundEngine::HoldLocked(uint64_t worker_id, const std::string& participant, absl::string_view payload) {
+  if (pending_bytes_ + payload.size() > options_.max_round_bytes) {
+    ++stats_.rejected_round_full;
+    return absl::ResourceExhaustedError(absl::StrCat("this round already holds ", pending_bytes_,
+                                                     " payload bytes; retry in the next round"));
+  }
+  pending_.push_back(Pending{worker_id, participant, std::string(payload)});
+  pending_bytes_ += payload.size();
+  stats_.held_bytes_peak = std::max(stats_.held_bytes_peak, pending_bytes_);
+  return absl::OkStatus();
+}
+
+void RoundEngine::AcceptLocked(uint64_t worker_id, Member& m, Participant& p, size_t bytes, bool makes_round) {
   if (p.pushed) ++stats_.uncounted_pushes;
   p.pushed = true;
   // An on-time push proves it too, but not before its backoff has passed: a participant
   // that missed a round it was waited for is not waited for again until then.
   if (open_round_ >= p.reprove_after) p.proven = true;
-  m.next_round = round + 1;
+  m.next_round = open_round_ + 1;
   pushed_.insert(worker_id);
-  quorum_pushes_ += vote || norm > 0;  // an empty update does not make a round
+  quorum_pushes_ += makes_round;  // an empty update does not make a round
   if (first_push_time_ < 0) first_push_time_ = clock_->Now();
   ++stats_.pushes_accepted;
-  stats_.bytes_up += payload.size();
-  round_bytes_up_ += payload.size();
-  MaybeCloseLocked();
-  return absl::OkStatus();
+  stats_.bytes_up += bytes;
+  round_bytes_up_ += bytes;
 }
 
 size_t RoundEngine::ExpectedInLocked() const {
@@ -352,28 +364,31 @@ std::shared_ptr<const std::string> RoundEngine::PublishLocked() {
   return payload;
 }
 
-void RoundEngine::CloseRoundLocked() {
-  const auto close_start = std::chrono::steady_clock::now();
+size_t RoundEngine::TallyVotesLocked() {
   const size_t n = num_params_;
   size_t contributors = 0;
-  auto landed = std::make_shared<std::map<uint64_t, std::vector<LandedRange>>>();
-  if (options_.aggregation == Aggregation::kVote) {
-    for (const auto& [key, p] : participants_) contributors += p.pushed;
-    VoteSign(votes_.data(), n, sum_.data());  // g = sign(Σ s_k), ties 0
-    for (const MatrixRange& m : options_.polar) PolarNewtonSchulz(sum_.data() + m.offset, m.rows, m.cols, options_.polar_steps);
-    const float factor = options_.vote_lr_factor ? static_cast<float>(options_.vote_lr_factor(open_round_)) : 1.0f;
-    for (const DecayRange& d : options_.vote_decay) {
-      const float keep = 1.0f - options_.outer.lr * factor * d.rate;
-      for (size_t i = d.offset; i < d.offset + d.numel; ++i) theta_true_[i] *= keep;
-    }
-    if (factor != 1.0f) {
-      for (size_t i = 0; i < n; ++i) sum_[i] *= factor;  // outer_ then steps by lr * factor * V
-    }
-    std::fill(votes_.begin(), votes_.end(), 0);
-  } else {
-    contributors = AggregateLocked(landed.get());  // sum_ = the screened mean pseudo-gradient
+  for (const auto& [key, p] : participants_) contributors += p.pushed;
+  VoteSign(votes_.data(), n, sum_.data());  // g = sign(Σ s_k), ties 0
+  for (const MatrixRange& m : options_.polar) PolarNewtonSchulz(sum_.data() + m.offset, m.rows, m.cols, options_.polar_steps);
+  const float factor = options_.vote_lr_factor ? static_cast<float>(options_.vote_lr_factor(open_round_)) : 1.0f;
+  for (const DecayRange& d : options_.vote_decay) {
+    const float keep = 1.0f - options_.outer.lr * factor * d.rate;
+    for (size_t i = d.offset; i < d.offset + d.numel; ++i) theta_true_[i] *= keep;
   }
-  outer_.Step(theta_true_.data(), sum_.data(), n);
+  if (factor != 1.0f) {
+    for (size_t i = 0; i < n; ++i) sum_[i] *= factor;  // outer_ then steps by lr * factor * V
+  }
+  std::fill(votes_.begin(), votes_.end(), 0);
+  return contributors;
+}
+
+void RoundEngine::CloseRoundLocked() {
+  const auto close_start = std::chrono::steady_clock::now();
+  auto landed = std::make_shared<std::map<uint64_t, std::vector<LandedRange>>>();
+  // sum_ = the vote's sign, or the screened mean pseudo-gradient
+  const size_t contributors =
+      options_.aggregation == Aggregation::kVote ? TallyVotesLocked() : AggregateLocked(landed.get());
+  outer_.Step(theta_true_.data(), sum_.data(), num_params_);
   auto payload = PublishLocked();
 
   RoundUpdate update;
@@ -404,15 +419,20 @@ void RoundEngine::CloseRoundLocked() {
   }
   // Logged after the checkpoint: with checkpoints every round, a round in the log is a round
   // a restarted server still has.
+  LogCloseLocked(update);
+  round_bytes_up_ = 0;
+  std::fill(sum_.begin(), sum_.end(), 0.0f);
+  OpenNextRoundLocked();
+  round_closed_.notify_all();
+}
+
+void RoundEngine::LogCloseLocked(const RoundUpdate& update) const {
+  const size_t n = num_params_;
   Logf("server", "round %llu closed: %u contributors, %zu expected, up %llu bytes (%s), down %zu bytes (%s), checksum %016llx%s",
        static_cast<unsigned long long>(update.round), update.contributors, expected_.size(),
        static_cast<unsigned long long>(update.bytes_up), SizeNote(update.bytes_up, pushed_.size(), n).c_str(),
        update.payload->size(), SizeNote(update.payload->size(), 1, n).c_str(),
        static_cast<unsigned long long>(update.checksum), update.done ? " (final)" : "");
-  round_bytes_up_ = 0;
-  std::fill(sum_.begin(), sum_.end(), 0.0f);
-  OpenNextRoundLocked();
-  round_closed_.notify_all();
 }
 
 void RoundEngine::OpenNextRoundLocked() {

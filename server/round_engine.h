@@ -263,9 +263,24 @@ class RoundEngine {
     std::string payload;
   };
 
+  // kMean: a push's payload checked against the plan and decoded for its norm, before the
+  // lock is taken. kVote: nothing (the vote is checked while counted).
+  struct PreChecked {
+    absl::Status status;
+    double norm = 0;
+  };
+  PreChecked PreCheck(absl::string_view payload) const;
+  // kMean: holds a checked push until the close, unless the round is full.
+  absl::Status HoldLocked(uint64_t worker_id, const std::string& participant, absl::string_view payload);
+  // Records an accepted on-time push; `makes_round`: it counts towards the quorum.
+  void AcceptLocked(uint64_t worker_id, Member& m, Participant& p, size_t bytes, bool makes_round);
   void MaybeCloseLocked();
   EngineState ExportStateLocked() const;
   void CloseRoundLocked();
+  // kVote: sum_ = the sign of the counted votes (polar-projected, scaled by the schedule),
+  // with the vote's weight decay applied to θ_true; returns the participants counted.
+  size_t TallyVotesLocked();
+  void LogCloseLocked(const RoundUpdate& update) const;
   // Ends a session; its participant goes with its last session (a keyless one for good).
   void ForgetLocked(uint64_t worker_id);
   bool AnyProvenLocked() const;

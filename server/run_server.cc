@@ -31,11 +31,6 @@
 namespace muloco {
 namespace {
 
-int Refuse(const std::string& why) {
-  std::fprintf(stderr, "muloco-server: %s\n", why.c_str());
-  return 2;
-}
-
 absl::Status CheckOptions(const ServerOptions& o) {
   if (!(o.round_timeout_s > 0) || !(o.heartbeat_timeout_s > 0) || o.service.chunk_bytes < 4 ||
       !(o.service.idle_timeout_s > 0) || !(o.service.max_await_s >= 1) || o.transport_memory_mb < 16 ||
@@ -137,73 +132,180 @@ void LogSummary(const EngineStats& st, size_t n, uint64_t checksum) {
 
 }  // namespace
 
-int RunServer(ServerOptions o, const std::atomic<bool>* stop, std::atomic<bool>* reload) {
-  if (absl::Status s = CheckOptions(o); !s.ok()) return Refuse(s.ToString());
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = MakeServerCredentials(o.tls);
-  if (!creds.ok()) return Refuse(std::string(creds.status().message()));
-  SystemClock clock;
-  absl::StatusOr<std::unique_ptr<Auth>> auth = Auth::Create(o.auth, &clock);
-  if (!auth.ok()) return Refuse(std::string(auth.status().message()));
-  if (o.auth.open_join && o.auth.token_file.empty()) Logf("server", "open join: anyone who can reach this server may join");
+namespace {
 
+// What a run starts from: its configuration (a resumed checkpoint's, with the changes that
+// are safe mid-run applied), its layout and the engine's initial state.
+struct RunStart {
+  v1::RunConfig config;
+  ParamLayout layout;
+  EngineState initial;
+};
+
+// A status whose code is kInvalidArgument exits 2 (options, files or a checkpoint that
+// cannot run); any other, 1 (a failure to act: cannot listen, cannot write).
+int Exit(const absl::Status& s) {
+  std::fprintf(stderr, "muloco-server: %s\n", std::string(s.message()).c_str());
+  return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+absl::Status Invalid(const absl::Status& s) { return absl::InvalidArgumentError(s.message()); }
+
+absl::Status Prefixed(const std::string& what, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+}
+
+absl::StatusOr<RunStart> StartOfRun(const ServerOptions& o) {
   std::optional<ServerState> resumed;
   if (!o.checkpoint_dir.empty()) {
     if (absl::Status s = MakeDirs(o.checkpoint_dir); !s.ok()) {
-      std::fprintf(stderr, "muloco-server: --checkpoint_dir: %s\n", std::string(s.message()).c_str());
-      return 1;
+      return absl::InternalError(absl::StrCat("--checkpoint_dir: ", s.message()));
     }
     absl::StatusOr<ServerState> loaded = LoadNewestCheckpoint(o.checkpoint_dir);
     if (loaded.ok()) resumed = *std::move(loaded);
   }
-  // A resumed run keeps the configuration it started with, but for what may safely change.
-  v1::RunConfig config = o.config;
+  RunStart start{o.config, {}, {}};
   if (resumed) {
     absl::StatusOr<v1::RunConfig> merged = ResumedConfig(resumed->config, o.config, resumed->open_round);
-    if (!merged.ok()) return Refuse(absl::StrCat("--checkpoint_dir=", o.checkpoint_dir, ": ", merged.status().message()));
-    config = *std::move(merged);
+    if (!merged.ok()) return Invalid(Prefixed("--checkpoint_dir=" + o.checkpoint_dir, merged.status()));
+    start.config = *std::move(merged);
   }
-  if (absl::Status s = ValidateRunConfig(config); !s.ok()) return Refuse(s.ToString());
-  const ParamLayout layout = GptLayout(config.model());
-  const size_t n = TotalParams(layout);
-  EngineOptions eo = EngineOptionsFor(o, config, layout);
+  if (absl::Status s = ValidateRunConfig(start.config); !s.ok()) return absl::InvalidArgumentError(s.ToString());
+  start.layout = GptLayout(start.config.model());
+  const size_t n = TotalParams(start.layout);
+  if (!resumed) {
+    start.initial.theta_pub = InitParams(start.config.model(), start.layout);
+    start.initial.theta_true = start.initial.theta_pub;
+    return start;
+  }
+  if (resumed->theta_pub.size() != n) {
+    return absl::DataLossError(absl::StrCat("checkpoint holds ", resumed->theta_pub.size(),
+                                            " parameters, its config implies ", n));
+  }
+  start.initial = EngineState{resumed->open_round, resumed->joins, std::move(resumed->theta_true),
+                              std::move(resumed->theta_pub), std::move(resumed->momentum)};
+  Logf("server", "resuming from checkpoint in %s at round %llu", o.checkpoint_dir.c_str(),
+       static_cast<unsigned long long>(start.initial.open_round));
+  return start;
+}
+
+// Writes a checkpoint (and the export, if asked for) of each state the engine hands it.
+std::function<void(const EngineState&)> CheckpointWriter(const ServerOptions& o, const v1::RunConfig& config,
+                                                         const ParamLayout& layout) {
+  return [dir = o.checkpoint_dir, keep = o.keep_checkpoints, export_path = o.export_path, config,
+          layout](const EngineState& st) {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status s = WriteCheckpoint(
+        dir, ServerState{st.open_round, st.joins, config, st.theta_true, st.theta_pub, st.momentum}, keep);
+    if (s.ok() && !export_path.empty()) {
+      s = WriteFileAtomic(export_path, ExportBytes(config, layout, st.theta_pub, st.open_round));
+    }
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const auto round = static_cast<unsigned long long>(st.open_round);
+    if (s.ok()) {
+      Logf("server", "checkpoint at round %llu written (%.1f ms)", round, ms);
+    } else {
+      LogError("server", "checkpoint at round %llu FAILED: %s", round, s.ToString().c_str());
+    }
+  };
+}
+
+// Re-reads the join tokens on SIGHUP or once a second (a changed file), drops the sessions
+// of evicted workers, and gives freed heap memory back to the system: glibc keeps what a
+// burst (a flood of streams, a huge message cut off by the transport quota) freed, so RSS
+// stayed at the burst's peak (+30 to +69 MB in test_adversary); trimmed, it returns to
+// within ~2 MB.
+class TokenReloader {
+ public:
+  TokenReloader(Auth* auth, const RoundEngine* engine, const Clock* clock)
+      : auth_(auth), engine_(engine), clock_(clock), last_(clock->Now()) {}
+
+  void Tick(bool hangup) {
+    if (!hangup && clock_->Now() - last_ <= 1.0) return;
+    const absl::Status s = auth_->Reload(hangup);
+    if (!s.ok() && std::string(s.message()) != error_) Logf("server", "join tokens kept: %s", s.ToString().c_str());
+    error_ = std::string(s.message());  // logged once, not every second
+    auth_->Retain([this](uint64_t id) { return engine_->IsMember(id); });
+    last_ = clock_->Now();
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+  }
+
+ private:
+  Auth* auth_;
+  const RoundEngine* engine_;
+  const Clock* clock_;
+  double last_;
+  std::string error_;
+};
+
+// The serving loop: ticks the engine until the run is done and its workers have left, or
+// *stop turns true. Linger follows the workers, not the clock: a final update still arriving
+// over a slow link (its tail may sit in socket buffers after the handler returned) is let
+// finish while its worker heartbeats; a silent worker is evicted (heartbeat timeout) or its
+// stalled stream cancelled (idle timeout).
+void ServeUntilDone(const ServerOptions& o, RoundEngine* engine, MulocoService* service, Auth* auth,
+                    const Clock* clock, const std::atomic<bool>* stop, std::atomic<bool>* reload) {
+  TokenReloader tokens(auth, engine, clock);
+  double done_since = -1;
+  while (!stop->load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    engine->Tick();
+    tokens.Tick(reload->exchange(false));
+    const RoundEngine::RunState st = engine->State();
+    if (!st.done) continue;
+    if (done_since < 0) done_since = clock->Now();
+    const double quiet_since = std::max(done_since, st.last_heard);
+    if (st.live_workers == 0 || (clock->Now() - quiet_since > o.linger_s && service->StreamsInFlight() == 0)) break;
+  }
+}
+
+// The final model to --save_final and --export, and the summary line; the exit code.
+int FinishRun(const ServerOptions& o, const RoundEngine& engine, const RunStart& run) {
+  const ModelSnapshot snap = engine.Snapshot();
+  int rc = 0;
+  if (!o.save_final.empty()) {
+    if (absl::Status s = WriteFloatsAtomic(o.save_final, *snap.params); !s.ok()) {
+      rc = Exit(Prefixed("--save_final", s));
+    }
+  }
+  if (!o.export_path.empty()) {
+    if (absl::Status s = WriteFileAtomic(o.export_path, ExportBytes(run.config, run.layout, *snap.params, snap.round));
+        !s.ok()) {
+      rc = Exit(Prefixed("--export", s));
+    } else {
+      Logf("server", "exported the model at round %llu to %s (safetensors)", static_cast<unsigned long long>(snap.round),
+           o.export_path.c_str());
+    }
+  }
+  LogSummary(engine.Stats(), TotalParams(run.layout), snap.checksum);
+  return rc;
+}
+
+}  // namespace
+
+int RunServer(ServerOptions o, const std::atomic<bool>* stop, std::atomic<bool>* reload) {
+  if (absl::Status s = CheckOptions(o); !s.ok()) return Exit(absl::InvalidArgumentError(s.ToString()));
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = MakeServerCredentials(o.tls);
+  if (!creds.ok()) return Exit(Invalid(creds.status()));
+  SystemClock clock;
+  absl::StatusOr<std::unique_ptr<Auth>> auth = Auth::Create(o.auth, &clock);
+  if (!auth.ok()) return Exit(Invalid(auth.status()));
+  if (o.auth.open_join && o.auth.token_file.empty()) Logf("server", "open join: anyone who can reach this server may join");
+  absl::StatusOr<RunStart> run = StartOfRun(o);
+  if (!run.ok()) return Exit(run.status());
+
+  const size_t n = TotalParams(run->layout);
+  EngineOptions eo = EngineOptionsFor(o, run->config, run->layout);
   if (!o.checkpoint_dir.empty()) {
     eo.checkpoint_every = std::max<uint32_t>(1, o.checkpoint_every);
-    eo.checkpoint = [&o, &config, &layout](const EngineState& st) {
-      const auto t0 = std::chrono::steady_clock::now();
-      absl::Status s = WriteCheckpoint(
-          o.checkpoint_dir, ServerState{st.open_round, st.joins, config, st.theta_true, st.theta_pub, st.momentum},
-          o.keep_checkpoints);
-      if (s.ok() && !o.export_path.empty()) {
-        s = WriteFileAtomic(o.export_path, ExportBytes(config, layout, st.theta_pub, st.open_round));
-      }
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      if (s.ok()) {
-        Logf("server", "checkpoint at round %llu written (%.1f ms)", static_cast<unsigned long long>(st.open_round), ms);
-      } else {
-        LogError("server", "checkpoint at round %llu FAILED: %s", static_cast<unsigned long long>(st.open_round),
-             s.ToString().c_str());
-      }
-    };
+    eo.checkpoint = CheckpointWriter(o, run->config, run->layout);
   }
-  EngineState initial;
-  if (resumed) {
-    if (resumed->theta_pub.size() != n) {
-      std::fprintf(stderr, "muloco-server: checkpoint holds %zu parameters, its config implies %zu\n",
-                   resumed->theta_pub.size(), n);
-      return 1;
-    }
-    initial = EngineState{resumed->open_round, resumed->joins, std::move(resumed->theta_true), std::move(resumed->theta_pub),
-                          std::move(resumed->momentum)};
-    Logf("server", "resuming from checkpoint in %s at round %llu", o.checkpoint_dir.c_str(),
-         static_cast<unsigned long long>(initial.open_round));
-  } else {
-    initial.theta_pub = InitParams(config.model(), layout);
-    initial.theta_true = initial.theta_pub;
-  }
-  RoundEngine engine(eo, std::move(initial), &clock);
+  RoundEngine engine(eo, std::move(run->initial), &clock);
   ServiceOptions so = o.service;
   so.max_payload_bytes = PayloadBytes(eo.uplink);  // pushes must be in the run's codec (the engine checks)
-  MulocoService service(&engine, auth->get(), config, so, &clock);
+  MulocoService service(&engine, auth->get(), run->config, so, &clock);
 
   grpc::EnableDefaultHealthCheckService(true);
   const ServingOptions serving_options{
@@ -211,79 +313,28 @@ int RunServer(ServerOptions o, const std::atomic<bool>* stop, std::atomic<bool>*
       // One chunk of a push; workers chunk at 1 MiB whatever this server streams with.
       static_cast<int>(std::max<size_t>(so.chunk_bytes, 4 << 20)) + (1 << 16)};
   absl::StatusOr<std::unique_ptr<Serving>> serving = Serving::Start(serving_options, *creds, &service);
-  if (!serving.ok()) {
-    std::fprintf(stderr, "muloco-server: %s\n", std::string(serving.status().message()).c_str());
-    return 1;
-  }
+  if (!serving.ok()) return Exit(absl::InternalError(serving.status().message()));
   const int port = (*serving)->port();
   if (!o.port_file.empty()) {
     if (absl::Status s = WriteFileAtomic(o.port_file, absl::StrCat(port, "\n")); !s.ok()) {
-      std::fprintf(stderr, "muloco-server: --port_file: %s\n", std::string(s.message()).c_str());
-      return 1;
+      return Exit(absl::InternalError(absl::StrCat("--port_file: ", s.message())));
     }
   }
-  Logf("server", "serving on port %d: %s, %zu parameters", port, DescribeRunConfig(config).c_str(), n);
+  Logf("server", "serving on port %d: %s, %zu parameters", port, DescribeRunConfig(run->config).c_str(), n);
   bool metrics_failed = false;
   const uint64_t dense_bytes = PayloadBytes(DenseSegments(n));
   std::unique_ptr<MetricsEndpoint> metrics = StartMetricsOrReport(
       o.metrics_listen, "server",
-      [&] { return ServerMetrics(engine.Stats(), service.Wire(), (*auth)->Stats(), (*serving)->Gate(), dense_bytes); }, &metrics_failed);
+      [&] { return ServerMetrics(engine.Stats(), service.Wire(), (*auth)->Stats(), (*serving)->Gate(), dense_bytes); },
+      &metrics_failed);
   if (metrics_failed) return 1;
 
-  double done_since = -1;
-  double last_reload = clock.Now();
-  std::string reload_error;  // logged once, not every second
-  while (!stop->load()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    engine.Tick();
-    const bool hangup = reload->exchange(false);
-    if (hangup || clock.Now() - last_reload > 1.0) {  // SIGHUP, or a changed file
-      const absl::Status s = (*auth)->Reload(hangup);
-      if (!s.ok() && std::string(s.message()) != reload_error) Logf("server", "join tokens kept: %s", s.ToString().c_str());
-      reload_error = std::string(s.message());
-      (*auth)->Retain([&](uint64_t id) { return engine.IsMember(id); });  // sessions of evicted workers
-      last_reload = clock.Now();
-      // Give freed heap memory back to the system: glibc keeps what a burst (a flood of
-      // streams, a huge message cut off by the transport quota) freed, so RSS stayed at the
-      // burst's peak (+30 to +69 MB in test_adversary); trimmed, it returns to within ~2 MB.
-#ifdef __GLIBC__
-      malloc_trim(0);
-#endif
-    }
-    const RoundEngine::RunState st = engine.State();
-    if (!st.done) continue;
-    if (done_since < 0) done_since = clock.Now();
-    // Linger follows the workers, not the clock: a final update still arriving over a slow
-    // link (its tail may sit in socket buffers after the handler returned) is let finish
-    // while its worker heartbeats; a silent worker is evicted (heartbeat timeout) or its
-    // stalled stream cancelled (idle timeout).
-    const double quiet_since = std::max(done_since, st.last_heard);
-    if (st.live_workers == 0 || (clock.Now() - quiet_since > o.linger_s && service.StreamsInFlight() == 0)) break;
-  }
+  ServeUntilDone(o, &engine, &service, auth->get(), &clock, stop, reload);
   if (stop->load() && eo.checkpoint) eo.checkpoint(engine.ExportState());  // SIGTERM: save where we are
   service.BeginShutdown();
   engine.WakeAll();
   (*serving)->server()->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-
-  const ModelSnapshot snap = engine.Snapshot();
-  int rc = 0;
-  if (!o.save_final.empty()) {
-    if (absl::Status s = WriteFloatsAtomic(o.save_final, *snap.params); !s.ok()) {
-      std::fprintf(stderr, "muloco-server: --save_final: %s\n", std::string(s.message()).c_str());
-      rc = 1;
-    }
-  }
-  if (!o.export_path.empty()) {
-    if (absl::Status s = WriteFileAtomic(o.export_path, ExportBytes(config, layout, *snap.params, snap.round)); !s.ok()) {
-      std::fprintf(stderr, "muloco-server: --export: %s\n", std::string(s.message()).c_str());
-      rc = 1;
-    } else {
-      Logf("server", "exported the model at round %llu to %s (safetensors)", static_cast<unsigned long long>(snap.round),
-           o.export_path.c_str());
-    }
-  }
-  LogSummary(engine.Stats(), n, snap.checksum);
-  return rc;
+  return FinishRun(o, engine, *run);
 }
 
 }  // namespace muloco

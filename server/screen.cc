@@ -101,6 +101,28 @@ std::vector<Verdict> RobustAggregator::Aggregate(const std::vector<Contribution>
   return verdicts;
 }
 
+double RobustAggregator::ChunkBound(const std::vector<Contribution>& in, const RoundStats& st, size_t c) const {
+  // This round's proven norms (all of them while nobody is proven and there is no history),
+  // else the history, else the pair rule.
+  if (options_.mode == Robust::kOff) return kInf;
+  const size_t P = in.size(), C = chunks_.size();
+  std::vector<double> samples, nonzero;
+  for (size_t i = 0; i < P; ++i) {
+    const double v = st.raw[i * C + c];
+    if (v <= 0) continue;
+    nonzero.push_back(v);
+    if (in[i].proven || (!st.any_proven && chunk_scale_[c] < 0)) samples.push_back(v);
+  }
+  if (samples.size() >= std::max<size_t>(1, options_.min_samples)) {
+    double scale = Median(samples);
+    if (chunk_scale_[c] > 0) scale = std::min(scale, options_.growth * chunk_scale_[c]);
+    return options_.chunk_factor * scale;
+  }
+  if (chunk_scale_[c] > 0) return options_.chunk_factor * options_.growth * chunk_scale_[c];  // at its growth limit
+  if (nonzero.size() >= 2) return options_.pair_factor * *std::min_element(nonzero.begin(), nonzero.end());
+  return kInf;
+}
+
 void RobustAggregator::Measure(const std::vector<Contribution>& in, RoundStats* st) {
   const size_t P = in.size(), C = chunks_.size();
   const bool off = options_.mode == Robust::kOff;
@@ -120,25 +142,7 @@ void RobustAggregator::Measure(const std::vector<Contribution>& in, RoundStats* 
         DecodeMean(st->payloads[i], ch.offset, ch.numel, x.data() + i * ch.numel);
         st->raw[i * C + c] = std::sqrt(SquaredNorm(x.data() + i * ch.numel, ch.numel));
       }
-      // The bound: this round's proven norms (all of them while nobody is proven and there
-      // is no history), else the history, else the pair rule.
-      std::vector<double> samples, nonzero;
-      for (size_t i = 0; i < P; ++i) {
-        const double v = st->raw[i * C + c];
-        if (v <= 0) continue;
-        nonzero.push_back(v);
-        if (in[i].proven || (!st->any_proven && chunk_scale_[c] < 0)) samples.push_back(v);
-      }
-      double bound = kInf;
-      if (!off && samples.size() >= std::max<size_t>(1, options_.min_samples)) {
-        double scale = Median(samples);
-        if (chunk_scale_[c] > 0) scale = std::min(scale, options_.growth * chunk_scale_[c]);
-        bound = options_.chunk_factor * scale;
-      } else if (!off && chunk_scale_[c] > 0) {  // as if this round's scale were at its growth limit
-        bound = options_.chunk_factor * options_.growth * chunk_scale_[c];
-      } else if (!off && nonzero.size() >= 2) {
-        bound = options_.pair_factor * *std::min_element(nonzero.begin(), nonzero.end());
-      }
+      const double bound = ChunkBound(in, *st, c);
       for (size_t i = 0; i < P; ++i) {
         const double v = st->raw[i * C + c];
         if (!(v > bound)) continue;

@@ -94,6 +94,8 @@ class RobustAggregator {
  private:
   struct RoundStats;
   void Measure(const std::vector<Contribution>& in, RoundStats* st);
+  // The clip bound of chunk c's norms this round (infinite: no clipping); reads st.raw.
+  double ChunkBound(const std::vector<Contribution>& in, const RoundStats& st, size_t c) const;
   void Weigh(const std::vector<Contribution>& in, RoundStats* st, std::vector<Verdict>* verdicts) const;
   void Sum(const std::vector<Contribution>& in, const RoundStats& st, const std::vector<Verdict>& verdicts,
            float* out) const;

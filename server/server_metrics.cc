@@ -9,17 +9,20 @@
 
 namespace muloco {
 
-std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w, const AuthStats& a, const GateStats& g,
-                                        uint64_t dense_payload_bytes) {
-  auto d = [](uint64_t v) { return static_cast<double>(v); };
-  auto refused = [&](const char* reason, uint64_t v) {
-    return MetricSample{"muloco_refused_calls_total", "Calls refused before reaching the round engine, by reason",
-                        true, d(v), {{"reason", reason}}};
-  };
+namespace {
+
+double d(uint64_t v) { return static_cast<double>(v); }
+
+void Append(std::vector<MetricSample>* out, std::vector<MetricSample> more) {
+  for (MetricSample& m : more) out->push_back(std::move(m));
+}
+
+// The round engine's counters: rounds, membership, pushes and their rejections, bytes.
+std::vector<MetricSample> EngineMetrics(const EngineStats& e, uint64_t dense_payload_bytes) {
   auto rejected = [&](const char* reason, uint64_t v) {
     return MetricSample{"muloco_rejected_pushes_total", "Pushes refused, by reason", true, d(v), {{"reason", reason}}};
   };
-  std::vector<MetricSample> out = {
+  return {
       {"muloco_open_round", "The round now open", false, d(e.open_round)},
       {"muloco_run_done", "1 once the final round has closed", false, e.done ? 1.0 : 0.0},
       {"muloco_live_workers", "Workers joined and not evicted or left", false, d(e.live_workers)},
@@ -42,13 +45,32 @@ std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w
       {"muloco_uplink_bytes_total", "Payload bytes of accepted pushes", true, d(e.bytes_up)},
       {"muloco_downlink_payload_bytes_total", "Payload bytes of each closed round's update, counted once",
        true, d(e.bytes_down)},
+      {"muloco_dense_payload_bytes", "Bytes of one dense fp32 payload of this model (compression reference)",
+       false, d(dense_payload_bytes)},
+      {"muloco_downlink_resets_total", "Rounds whose outer step was discarded because the downlink failed its check",
+       true, d(e.downlink_resets)},
+      {"muloco_stragglers_total", "Expected participants missing when a round closed", true, d(e.stragglers)},
+      {"muloco_straggler_waits_total", "Rounds that waited out the straggler deadline for a missing participant",
+       true, d(e.straggler_waits)},
+      {"muloco_round_contributors", "Updates summed in the last closed round", false, d(e.last_contributors)},
+      {"muloco_round_expected", "Workers the last closed round waited for", false, d(e.last_expected)},
+      HistogramSample("muloco_round_duration_seconds", "Seconds from a round's opening to its close",
+                      e.round_durations),
+  };
+}
+
+// The gRPC service's and the join tokens' counters: what was sent, what was refused.
+std::vector<MetricSample> ServiceMetrics(const WireStats& w, const AuthStats& a) {
+  auto refused = [&](const char* reason, uint64_t v) {
+    return MetricSample{"muloco_refused_calls_total", "Calls refused before reaching the round engine, by reason",
+                        true, d(v), {{"reason", reason}}};
+  };
+  return {
       {"muloco_downlink_bytes_sent_total", "Update payload bytes written to workers (AwaitRound)", true,
        d(w.update_bytes_sent)},
       {"muloco_updates_sent_total", "Round updates delivered to workers", true, d(w.updates_sent)},
       {"muloco_model_fetches_total", "Complete model fetches served", true, d(w.model_fetches)},
       {"muloco_model_bytes_sent_total", "Parameter bytes streamed by model fetches", true, d(w.model_bytes_sent)},
-      {"muloco_dense_payload_bytes", "Bytes of one dense fp32 payload of this model (compression reference)",
-       false, d(dense_payload_bytes)},
       refused("no_token", a.refused_no_token),
       refused("bad_token", a.refused_bad_token),
       refused("join_limit", a.refused_join_limit),
@@ -63,12 +85,18 @@ std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w
       {"muloco_token_reloads_total", "Token file loads", true, d(a.token_reloads)},
       {"muloco_token_reload_errors_total", "Token file loads that failed (the previous tokens stay)", true,
        d(a.token_reload_errors)},
-      {"muloco_downlink_resets_total", "Rounds whose outer step was discarded because the downlink failed its check",
-       true, d(e.downlink_resets)},
+      HistogramSample("muloco_push_duration_seconds", "Seconds a PushUpdate call took (read + aggregate)",
+                      w.push_durations),
+      HistogramSample("muloco_fetch_duration_seconds", "Seconds a FetchModel call took", w.fetch_durations),
   };
-  out.push_back({"muloco_connections", "Client connections open (the gate's; gRPC sees only these)", false,
-                 d(g.open)});
-  out.push_back({"muloco_connections_accepted_total", "Client connections admitted", true, d(g.accepted)});
+}
+
+// The connection gate's counters (server/conn_gate.h).
+std::vector<MetricSample> GateMetrics(const GateStats& g) {
+  std::vector<MetricSample> out = {
+      {"muloco_connections", "Client connections open (the gate's; gRPC sees only these)", false, d(g.open)},
+      {"muloco_connections_accepted_total", "Client connections admitted", true, d(g.accepted)},
+  };
   for (const auto& [reason, v] :
        {std::pair{"server_cap", g.refused_total}, std::pair{"address_cap", g.refused_per_address},
         std::pair{"displaced", g.displaced}, std::pair{"silent", g.silent_closed}}) {
@@ -77,25 +105,26 @@ std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w
                    "closed to admit a newcomer (displaced), or silent since opening (silent)",
                    true, d(v), {{"reason", reason}}});
   }
-  out.push_back({"muloco_stragglers_total", "Expected participants missing when a round closed", true, d(e.stragglers)});
-  out.push_back({"muloco_straggler_waits_total", "Rounds that waited out the straggler deadline for a missing participant",
-                 true, d(e.straggler_waits)});
-  out.push_back({"muloco_round_contributors", "Updates summed in the last closed round", false, d(e.last_contributors)});
-  out.push_back({"muloco_round_expected", "Workers the last closed round waited for", false, d(e.last_expected)});
-  out.push_back(HistogramSample("muloco_round_duration_seconds", "Seconds from a round's opening to its close",
-                                e.round_durations));
-  out.push_back(HistogramSample("muloco_push_duration_seconds", "Seconds a PushUpdate call took (read + aggregate)",
-                                w.push_durations));
-  out.push_back(HistogramSample("muloco_fetch_duration_seconds", "Seconds a FetchModel call took", w.fetch_durations));
-  out.push_back({"muloco_build_info", "1, labelled with this build's version", false, 1.0, {{"version", MulocoVersion()}}});
+  return out;
+}
+
+// Per worker: its own report's metrics and its staleness.
+std::vector<MetricSample> PerWorkerMetrics(const EngineStats& e) {
+  std::vector<MetricSample> out;
   std::set<std::string> seen;  // two live workers may share a name: the second gets its id too
   for (const EngineStats::Worker& wk : e.workers) {
     const std::string label = seen.insert(wk.name).second ? wk.name : absl::StrCat(wk.name, "#", wk.id);
-    for (MetricSample& m : WorkerMetrics(wk.stats, label)) out.push_back(std::move(m));
+    Append(&out, WorkerMetrics(wk.stats, label));
     out.push_back({"muloco_worker_staleness_rounds", "Rounds the worker's model is behind the server's open round",
                    false, e.open_round > wk.stats.round ? d(e.open_round - wk.stats.round) : 0.0,
                    {{"worker", label}}});
   }
+  return out;
+}
+
+// Per participant: what robust screening did to its updates, in all and in the last round.
+std::vector<MetricSample> ScreenMetrics(const EngineStats& e) {
+  std::vector<MetricSample> out;
   for (const auto& [name, c] : e.screened) {
     for (const auto& [action, v] :
          {std::pair{"clip", c.clipped}, std::pair{"reduce", c.reduced}, std::pair{"reject", c.rejected}}) {
@@ -105,9 +134,9 @@ std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w
                      true, d(v), {{"worker", name}, {"action", action}}});
     }
   }
-  std::set<std::string> screened_seen;
+  std::set<std::string> seen;
   for (const ScreenSample& s : e.last_screen) {
-    if (!screened_seen.insert(s.name).second) continue;
+    if (!seen.insert(s.name).second) continue;
     const std::vector<std::pair<std::string, std::string>> labels{{"worker", s.name}};
     out.push_back({"muloco_screen_cosine", "Last round: a participant's update's cosine to the robust reference", false,
                    s.cosine, labels});
@@ -116,6 +145,19 @@ std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w
     out.push_back({"muloco_screen_clipped_tensors", "Last round: tensors of a participant's update clipped", false,
                    d(s.clipped), labels});
   }
+  return out;
+}
+
+}  // namespace
+
+std::vector<MetricSample> ServerMetrics(const EngineStats& e, const WireStats& w, const AuthStats& a, const GateStats& g,
+                                        uint64_t dense_payload_bytes) {
+  std::vector<MetricSample> out = EngineMetrics(e, dense_payload_bytes);
+  Append(&out, ServiceMetrics(w, a));
+  Append(&out, GateMetrics(g));
+  out.push_back({"muloco_build_info", "1, labelled with this build's version", false, 1.0, {{"version", MulocoVersion()}}});
+  Append(&out, PerWorkerMetrics(e));
+  Append(&out, ScreenMetrics(e));
   return out;
 }
 

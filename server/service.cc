@@ -1,6 +1,8 @@
 // MulocoService: gRPC calls -> RoundEngine calls, each authenticated first.
 #include "server/service.h"
 
+#include "absl/cleanup/cleanup.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -14,6 +16,8 @@
 
 namespace muloco {
 namespace {
+
+constexpr auto kInvalid = grpc::StatusCode::INVALID_ARGUMENT;
 
 std::string Metadata(const grpc::ServerContext* ctx, const char* key) {
   const auto& md = ctx->client_metadata();
@@ -138,14 +142,74 @@ grpc::Status MulocoService::FetchModel(grpc::ServerContext* ctx, const v1::Fetch
   return grpc::Status::OK;
 }
 
+grpc::Status MulocoService::Malformed(grpc::StatusCode code, const std::string& message) {
+  engine_->CountMalformedPush();
+  if (code == grpc::StatusCode::RESOURCE_EXHAUSTED) ++oversized_pushes_;
+  return grpc::Status(code, message);
+}
+
+grpc::Status MulocoService::StartPayload(const v1::UpdateChunk& first, std::string* payload) {
+  const uint64_t total = first.total_bytes();
+  if (first.payload_checksum() == 0) {
+    return Malformed(kInvalid, "push without its payload checksum (xxh64 of the payload, seeded with the round)");
+  }
+  if (total > max_payload_bytes_) {
+    return Malformed(kInvalid,
+                     absl::StrCat("declared payload of ", total, " bytes exceeds the limit of ", max_payload_bytes_));
+  }
+  if (first.offset() == 0) {
+    payload->reserve(std::min<uint64_t>(total, 1 << 20));  // grows as bytes arrive, not as declared
+    return grpc::Status::OK;
+  }
+  // Resuming a cut push: continue the bytes kept from it.
+  std::optional<PartialPush> kept = TakePartial(first.worker_id(), first.round(), first.payload_checksum());
+  if (!kept || kept->total != total || kept->bytes.size() != first.offset()) {
+    return grpc::Status(grpc::StatusCode::ABORTED, "no kept push to resume at that offset; push from the start");
+  }
+  *payload = std::move(kept->bytes);
+  return grpc::Status::OK;
+}
+
+grpc::Status MulocoService::ReadPayload(grpc::ServerContext* ctx, grpc::ServerReader<v1::UpdateChunk>* reader,
+                                        Watchdog::Watch* watch, v1::UpdateChunk chunk, std::string* payload) {
+  const uint64_t worker = chunk.worker_id(), round = chunk.round(), total = chunk.total_bytes(),
+                 checksum = chunk.payload_checksum();
+  size_t chunks = 0;
+  do {
+    watch->Progress();
+    if (++chunks > options_.max_push_chunks) {
+      return Malformed(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                       absl::StrCat("push of more than ", options_.max_push_chunks, " chunks"));
+    }
+    if (chunk.worker_id() != worker || chunk.round() != round || chunk.payload_checksum() != checksum) {
+      return Malformed(kInvalid, "chunks of one push disagree on worker, round or payload checksum");
+    }
+    // Every chunk is numbered by its offset in the payload.
+    if (chunk.offset() != payload->size()) return Malformed(kInvalid, "push chunk out of order (offset)");
+    if (chunk.data().empty() && total != 0) return Malformed(kInvalid, "empty chunk in a push");
+    if (chunk.data().size() > total - payload->size()) {
+      return Malformed(kInvalid, absl::StrCat("push exceeds its declared ", total, " bytes"));
+    }
+    payload->append(chunk.data());
+  } while (reader->Read(&chunk));
+  if (ctx->IsCancelled()) {
+    if (!payload->empty() && payload->size() < total) {
+      KeepPartial(worker, PartialPush{round, checksum, total, std::move(*payload)});
+    }
+    return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled (or idle too long)");
+  }
+  if (payload->size() != total) {
+    return Malformed(kInvalid, absl::StrCat("push ended after ", payload->size(), " of ", total, " declared bytes"));
+  }
+  if (Checksum64(payload->data(), payload->size(), /*seed=*/round) != checksum) {
+    return Malformed(kInvalid, absl::StrCat("payload does not match its checksum for round ", round,
+                                            " (xxh64 of the payload, seeded with the round)"));
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status MulocoService::PushUpdate(grpc::ServerContext* ctx, grpc::ServerReader<v1::UpdateChunk>* reader,
                                        v1::PushReply* reply) {
-  auto bad = [this](grpc::StatusCode code, const std::string& m) {
-    engine_->CountMalformedPush();
-    if (code == grpc::StatusCode::RESOURCE_EXHAUSTED) ++oversized_pushes_;
-    return grpc::Status(code, m);
-  };
-  constexpr auto kInvalid = grpc::StatusCode::INVALID_ARGUMENT;
   // Credentials come in metadata, so nothing is read from a stranger's stream.
   uint64_t me = 0;
   absl::StatusOr<Auth::Stream> slot = AuthenticateStream(ctx, std::nullopt, &me);
@@ -157,67 +221,22 @@ grpc::Status MulocoService::PushUpdate(grpc::ServerContext* ctx, grpc::ServerRea
     std::lock_guard<std::mutex> lock(partial_mu_);
     ++pushing_[me];
   }
-  struct Ended {  // lets a PushProgress that waits for this call see what it kept
-    MulocoService* s;
-    uint64_t id;
-    ~Ended() {
-      std::lock_guard<std::mutex> lock(s->partial_mu_);
-      if (--s->pushing_[id] == 0) s->pushing_.erase(id);
-      s->push_ended_.notify_all();
-    }
-  } ended{this, me};
-  v1::UpdateChunk chunk;
-  if (!reader->Read(&chunk)) return bad(kInvalid, "empty push stream");
-  const uint64_t worker = chunk.worker_id(), round = chunk.round(), total = chunk.total_bytes(),
-                 checksum = chunk.payload_checksum();
-  if (worker != me) return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "push names another worker");
-  if (checksum == 0) return bad(kInvalid, "push without its payload checksum (xxh64 of the payload, seeded with the round)");
-  if (total > max_payload_bytes_) {
-    return bad(kInvalid, absl::StrCat("declared payload of ", total, " bytes exceeds the limit of ", max_payload_bytes_));
-  }
+  // Lets a PushProgress that waits for this call see what it kept.
+  const absl::Cleanup ended = [this, me] {
+    std::lock_guard<std::mutex> lock(partial_mu_);
+    if (--pushing_[me] == 0) pushing_.erase(me);
+    push_ended_.notify_all();
+  };
+  v1::UpdateChunk first;
+  if (!reader->Read(&first)) return Malformed(kInvalid, "empty push stream");
+  if (first.worker_id() != me) return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "push names another worker");
   std::string payload;
-  if (chunk.offset() > 0) {  // resuming a cut push: continue the bytes kept from it
-    std::optional<PartialPush> kept = TakePartial(worker, round, checksum);
-    if (!kept || kept->total != total || kept->bytes.size() != chunk.offset()) {
-      return grpc::Status(grpc::StatusCode::ABORTED, "no kept push to resume at that offset; push from the start");
-    }
-    payload = std::move(kept->bytes);
-  } else {
-    payload.reserve(std::min<uint64_t>(total, 1 << 20));  // grows as bytes arrive, not as declared
-  }
-  size_t chunks = 0;
-  do {
-    watch->Progress();
-    if (++chunks > options_.max_push_chunks) {
-      return bad(grpc::StatusCode::RESOURCE_EXHAUSTED, absl::StrCat("push of more than ", options_.max_push_chunks, " chunks"));
-    }
-    if (chunk.worker_id() != worker || chunk.round() != round || chunk.payload_checksum() != checksum) {
-      return bad(kInvalid, "chunks of one push disagree on worker, round or payload checksum");
-    }
-    // Every chunk is numbered by its offset in the payload.
-    if (chunk.offset() != payload.size()) {
-      return bad(kInvalid, "push chunk out of order (offset)");
-    }
-    if (chunk.data().empty() && total != 0) return bad(kInvalid, "empty chunk in a push");
-    if (chunk.data().size() > total - payload.size()) return bad(kInvalid, absl::StrCat("push exceeds its declared ", total, " bytes"));
-    payload.append(chunk.data());
-  } while (reader->Read(&chunk));
-  if (ctx->IsCancelled()) {
-    if (!payload.empty() && payload.size() < total) {
-      KeepPartial(worker, PartialPush{round, checksum, total, std::move(payload)});
-    }
-    return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled (or idle too long)");
-  }
-  if (payload.size() != total) {
-    return bad(kInvalid, absl::StrCat("push ended after ", payload.size(), " of ", total, " declared bytes"));
-  }
-  if (Checksum64(payload.data(), payload.size(), /*seed=*/round) != checksum) {
-    return bad(kInvalid, absl::StrCat("payload does not match its checksum for round ", round,
-                                      " (xxh64 of the payload, seeded with the round)"));
-  }
+  if (grpc::Status s = StartPayload(first, &payload); !s.ok()) return s;
+  const uint64_t round = first.round();
+  if (grpc::Status s = ReadPayload(ctx, reader, watch.get(), std::move(first), &payload); !s.ok()) return s;
   // The session may have ended (its token revoked, an eviction) while the bytes came in.
-  if (absl::StatusOr<uint64_t> still = Authenticate(ctx, worker); !still.ok()) return ToGrpcStatus(still.status());
-  if (absl::Status s = engine_->Push(worker, round, payload); !s.ok()) return ToGrpcStatus(s);
+  if (absl::StatusOr<uint64_t> still = Authenticate(ctx, me); !still.ok()) return ToGrpcStatus(still.status());
+  if (absl::Status s = engine_->Push(me, round, payload); !s.ok()) return ToGrpcStatus(s);
   reply->set_accepted_bytes(payload.size());
   return grpc::Status::OK;
 }

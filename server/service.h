@@ -80,6 +80,15 @@ class MulocoService final : public v1::Muloco::Service {
   // Authenticate + a slot among the worker's calls in flight.
   absl::StatusOr<Auth::Stream> AuthenticateStream(const grpc::ServerContext* ctx, std::optional<uint64_t> claimed,
                                                   uint64_t* id);
+  // A push refused for its framing or size: counted, and returned as `code`.
+  grpc::Status Malformed(grpc::StatusCode code, const std::string& message);
+  // Checks a push's first chunk (checksum named, declared size within bounds) and starts its
+  // payload: empty, or the kept bytes of a cut push it resumes.
+  grpc::Status StartPayload(const v1::UpdateChunk& first, std::string* payload);
+  // Reads the push's chunks from `chunk` (the first) on into *payload and checks it whole
+  // (declared size, checksum for its round); a cancelled read's bytes are kept for a resume.
+  grpc::Status ReadPayload(grpc::ServerContext* ctx, grpc::ServerReader<v1::UpdateChunk>* reader,
+                           Watchdog::Watch* watch, v1::UpdateChunk chunk, std::string* payload);
 
   RoundEngine* const engine_;
   Auth* const auth_;

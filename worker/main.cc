@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "common/cli.h"
 #include "common/file_io.h"
 #include "common/run_config.h"
@@ -85,24 +87,16 @@ void InstallStopHandlers() {
   sigaction(SIGINT, &sa, nullptr);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// Every flag's check and its WorkerOptions field; an error names the flag.
+absl::StatusOr<muloco::WorkerOptions> OptionsFromFlags() {
   using namespace muloco;
-  ParseCommandLine(argc, argv,
-                   "muloco-worker: DiLoCo worker.\n"
-                   "  muloco-worker --server=HOST:PORT        (everything else comes from the server)\n"
-                   "  muloco-worker --baseline --rounds=10     (single process, no server)\n"
-                   "  muloco-worker --evaluate=FILE|DIR,...   (validation loss of saved models of a run)");
   if (absl::GetFlag(FLAGS_threads) < 1 || !(absl::GetFlag(FLAGS_heartbeat_s) > 0) ||
       !(absl::GetFlag(FLAGS_progress_s) >= 0) || !(absl::GetFlag(FLAGS_stall_timeout_s) > 0) ||
       absl::GetFlag(FLAGS_chunk_bytes) < 1024 || absl::GetFlag(FLAGS_chunk_bytes) > (4u << 20)) {
-    std::fprintf(stderr,
-                 "muloco-worker: --threads must be >= 1, --heartbeat_s > 0, --progress_s >= 0, --stall_timeout_s > 0, "
-                 "--chunk_bytes in [1024, 4 MiB]\n");
-    return 2;
+    return absl::InvalidArgumentError(
+        "--threads must be >= 1, --heartbeat_s > 0, --progress_s >= 0, --stall_timeout_s > 0, "
+        "--chunk_bytes in [1024, 4 MiB]");
   }
-  at::set_num_threads(absl::GetFlag(FLAGS_threads));
   WorkerOptions o;
   o.server = absl::GetFlag(FLAGS_server);
   o.name = absl::GetFlag(FLAGS_name);
@@ -128,56 +122,75 @@ int main(int argc, char** argv) {
   o.overlap_steps = absl::GetFlag(FLAGS_overlap_steps);
   std::string note;
   absl::StatusOr<ComputeDevice> device = ResolveDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_dtype), &note);
-  if (!device.ok()) {
-    std::fprintf(stderr, "muloco-worker: %s\n", std::string(device.status().message()).c_str());
-    return 2;
-  }
+  if (!device.ok()) return device.status();
   o.device = *device;
   if (!note.empty()) Logf("worker", "%s", note.c_str());
-  const std::vector<std::string> evaluate = absl::GetFlag(FLAGS_evaluate);
-  if (absl::GetFlag(FLAGS_baseline) && !evaluate.empty()) {
-    std::fprintf(stderr, "muloco-worker: --baseline and --evaluate are two modes: give one\n");
-    return 2;
+  return o;
+}
+
+// --baseline, --evaluate and --defer_eval together make sense only one way; --defer_eval's
+// directory is made here.
+absl::Status CheckModes(const muloco::WorkerOptions& o, bool baseline, const std::vector<std::string>& evaluate) {
+  using namespace muloco;
+  if (baseline && !evaluate.empty()) return absl::InvalidArgumentError("--baseline and --evaluate are two modes: give one");
+  if (o.defer_eval.empty()) return absl::OkStatus();
+  if (baseline || !evaluate.empty()) {
+    return absl::InvalidArgumentError("--defer_eval is for a worker with a server, not --baseline or --evaluate");
   }
-  if (!o.defer_eval.empty()) {
-    if (absl::GetFlag(FLAGS_baseline) || !evaluate.empty()) {
-      std::fprintf(stderr, "muloco-worker: --defer_eval is for a worker with a server, not --baseline or --evaluate\n");
-      return 2;
-    }
-    if (absl::Status s = MakeDirs(o.defer_eval); !s.ok()) {
-      std::fprintf(stderr, "muloco-worker: --defer_eval: %s\n", std::string(s.message()).c_str());
-      return 2;
-    }
-    if (!DeferredModels(o.defer_eval).empty()) {
-      Logf("worker", "--defer_eval: %s already holds round-*.bin files (an earlier run's?); this run overwrites "
-           "those of its own rounds and the run_config.txtpb that --evaluate reads for all of them",
-           o.defer_eval.c_str());
-    }
+  if (absl::Status s = MakeDirs(o.defer_eval); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--defer_eval: ", s.message()));
   }
-  if (!absl::GetFlag(FLAGS_baseline) && evaluate.empty()) {
-    InstallStopHandlers();
-    o.stop_signal = &stop_signal;
-    return RunWorker(o);
+  if (!DeferredModels(o.defer_eval).empty()) {
+    Logf("worker", "--defer_eval: %s already holds round-*.bin files (an earlier run's?); this run overwrites "
+         "those of its own rounds and the run_config.txtpb that --evaluate reads for all of them",
+         o.defer_eval.c_str());
   }
-  std::string beside;  // --evaluate: the configuration --defer_eval wrote beside the models
+  return absl::OkStatus();
+}
+
+int Usage(const std::string& why) {
+  std::fprintf(stderr, "muloco-worker: %s\n", why.c_str());
+  return 2;
+}
+
+// --baseline (train alone) or --evaluate (saved models), with the run-config flags or, for
+// --evaluate, the configuration --defer_eval wrote beside the models.
+int RunWithoutServer(const muloco::WorkerOptions& o, const std::vector<std::string>& evaluate) {
+  using namespace muloco;
+  std::string beside;
   if (!evaluate.empty() && !FlagGiven("config")) {
     absl::StatusOr<std::string> found = ConfigBeside(evaluate);
-    if (!found.ok()) {
-      std::fprintf(stderr, "muloco-worker: --evaluate: %s\n", std::string(found.status().message()).c_str());
-      return 2;
-    }
+    if (!found.ok()) return Usage(absl::StrCat("--evaluate: ", found.status().message()));
     beside = *found;
     if (!beside.empty()) Logf("evaluate", "run configuration from %s", beside.c_str());
   }
   const v1::RunConfig config = RunConfigFromFlags(beside);
-  if (absl::Status s = ValidateRunConfig(config); !s.ok()) {
-    std::fprintf(stderr, "muloco-worker: %s\n", s.ToString().c_str());
-    return 2;
-  }
+  if (absl::Status s = ValidateRunConfig(config); !s.ok()) return Usage(s.ToString());
   try {
     return evaluate.empty() ? RunBaseline(config, o) : RunEvaluate(config, o, evaluate);
   } catch (const std::exception& e) {  // LibTorch reports a failing device by throwing
     std::fprintf(stderr, "muloco-worker: training failed on %s: %s\n", o.device.Name().c_str(), e.what());
     return 1;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace muloco;
+  ParseCommandLine(argc, argv,
+                   "muloco-worker: DiLoCo worker.\n"
+                   "  muloco-worker --server=HOST:PORT        (everything else comes from the server)\n"
+                   "  muloco-worker --baseline --rounds=10     (single process, no server)\n"
+                   "  muloco-worker --evaluate=FILE|DIR,...   (validation loss of saved models of a run)");
+  absl::StatusOr<WorkerOptions> o = OptionsFromFlags();
+  if (!o.ok()) return Usage(std::string(o.status().message()));
+  at::set_num_threads(absl::GetFlag(FLAGS_threads));
+  const bool baseline = absl::GetFlag(FLAGS_baseline);
+  const std::vector<std::string> evaluate = absl::GetFlag(FLAGS_evaluate);
+  if (absl::Status s = CheckModes(*o, baseline, evaluate); !s.ok()) return Usage(std::string(s.message()));
+  if (baseline || !evaluate.empty()) return RunWithoutServer(*o, evaluate);
+  InstallStopHandlers();
+  o->stop_signal = &stop_signal;
+  return RunWorker(*o);
 }

@@ -1,6 +1,7 @@
 """The project's own rules, checked the way .ci/run checks them: scripts/check_layers.py
 passes on the tree and fails, naming the include, on a tree that breaks the layer rule or
-has a cycle inside a folder."""
+has a cycle inside a folder; scripts/check_functions.py passes on the tree and names a
+function over 60 lines, and only such a function."""
 import os
 import subprocess
 import sys
@@ -9,10 +10,11 @@ import unittest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SCRIPT = os.path.join(ROOT, "scripts", "check_layers.py")
+FUNCTIONS = os.path.join(ROOT, "scripts", "check_functions.py")
 
 
-def check(root):
-    r = subprocess.run([sys.executable, SCRIPT, root], capture_output=True, text=True)
+def check(root, script=SCRIPT):
+    r = subprocess.run([sys.executable, script, root], capture_output=True, text=True)
     return r.returncode, r.stdout
 
 
@@ -51,6 +53,27 @@ class ProjectRules(unittest.TestCase):
         self.assertEqual(rc, 1, out)
         self.assertIn("back-edge inside a folder: common/a -> common/b -> common/a", out)
         self.assertNotIn("common/c", out)
+
+    def test_every_function_is_short(self):
+        rc, out = check(ROOT, FUNCTIONS)
+        self.assertEqual(rc, 0, out)
+
+    def test_a_long_function_is_named(self):
+        def body(lines):
+            return "".join(f"  x += {i};\n" for i in range(lines))
+        rc, out = check(tree({
+            # 61 lines from brace to brace: one too many. Braces in strings, comments, a
+            # lambda and a nested block must not confuse the count.
+            "server/long.cc": "namespace muloco {\nint Long(int x) {\n  const char* s = \"{\";  // }\n"
+                              + body(58) + "}\n",
+            # 60 lines: fine; a class's inline member and an initializer are not functions.
+            "common/ok.cc": "struct S {\n  int F() const {\n" + body(56)
+                            + "    auto f = [] { return 1; };\n    return 0;\n  }\n};\n"
+                            "int table[] = {\n" + "1,\n" * 80 + "};\n",
+        }), FUNCTIONS)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("server/long.cc:2: Long is 61 lines", out)
+        self.assertNotIn("ok.cc", out)
 
 
 if __name__ == "__main__":
