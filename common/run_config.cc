@@ -11,26 +11,17 @@
 #include "absl/strings/str_join.h"
 #include "codec/codec.h"
 #include "common/model_layout.h"
+#include "common/run_config_fields.h"
 
 namespace muloco {
 namespace {
 
-// Presets as data: what every preset shares (the demo model, data and schedule), then
-// each preset's own fields over it, both in the text format a --config file uses.
-constexpr char kBase[] = R"pb(
-  model { vocab_size: 256 n_layer: 2 n_head: 4 d_model: 64 context: 64 init_seed: 1234 }
-  mode: "diloco" inner_steps: 20 total_rounds: 10 batch_size: 16
-  inner_optimizer: "adamw" inner_lr: 3e-3 inner_min_lr_ratio: 0.1 warmup_steps: 20
-  weight_decay: 0.1 beta1: 0.9 beta2: 0.95 adam_eps: 1e-8 grad_clip: 1.0
-  muon_lr: 0.02 muon_momentum: 0.95 muon_weight_decay: 0.0 muon_scale: "shape" ns_steps: 5
-  uplink_codec: "dense-fp32" downlink_codec: "dense-fp32" ef_beta: 1.0
-  outer_lr: 0.7 outer_momentum: 0.6 outer_nesterov: true signmuon_polar: false
-  data_seed: 1 eval_every: 1 eval_batches: 8
-)pb";
-
+// Presets as data: each preset's own fields, in the text format a --config file uses, over
+// the base configuration (run_config_fields.h: the demo model, data and schedule) or over
+// another preset.
 struct Preset {
   const char* name;
-  const char* over;    // the preset these fields go over; nullptr: kBase
+  const char* over;    // the preset these fields go over; nullptr: the base
   const char* fields;
 };
 // lloyd:bits=2,chunk=4096 is 2.03 bits per element: 2-bit codes + a 4-float table per 4096
@@ -89,13 +80,22 @@ const Preset* FindPreset(absl::string_view name) {
   return nullptr;
 }
 
-// kBase, then the presets `p` goes over, then its own fields; false when one does not parse.
+// Every field's base value (run_config_fields.h).
+v1::RunConfig BaseConfig() {
+  v1::RunConfig c;
+#define MULOCO_BASE(type, flag, path, base, help) SetRunConfigField<type>(&c, path, base);
+  MULOCO_RUN_CONFIG_FIELDS(MULOCO_BASE)
+#undef MULOCO_BASE
+  return c;
+}
+
+// The base, then the presets `p` goes over, then its own fields; false when one does not parse.
 bool MergePreset(const Preset& p, v1::RunConfig* c) {
   if (p.over) {
     const Preset* over = FindPreset(p.over);
     if (!over || !MergePreset(*over, c)) return false;
-  } else if (!google::protobuf::TextFormat::ParseFromString(kBase, c)) {
-    return false;
+  } else {
+    *c = BaseConfig();
   }
   return google::protobuf::TextFormat::MergeFromString(p.fields, c);
 }
@@ -186,9 +186,10 @@ std::vector<std::string> DifferentFields(const v1::RunConfig& a, const v1::RunCo
 }
 
 std::string FlagForField(const std::string& field) {
-  if (field == "total_rounds") return "rounds";
-  if (field == "outer_nesterov") return "nesterov";
-  if (field.rfind("model.", 0) == 0) return field.substr(6);
+#define MULOCO_FLAG(type, flag, path, base, help) \
+  if (field == path) return #flag;
+  MULOCO_RUN_CONFIG_FIELDS(MULOCO_FLAG)
+#undef MULOCO_FLAG
   return field;
 }
 
