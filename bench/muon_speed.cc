@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
   // Muon's step alone on the model's hidden matrices, with random gradients.
   std::vector<torch::Tensor> mats;
   for (const ParamInfo& p : GptLayout(c.model())) {
-    if (!UsesMuon(p.kind)) continue;
+    if (!UsesMuon(p.group)) continue;
     mats.push_back(torch::randn(p.shape));
     mats.back().mutable_grad() = torch::randn(p.shape);
   }

@@ -9,14 +9,14 @@ Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), c
 
 void Histogram::Observe(double value) {
   const size_t i = std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (i < counts_.size()) ++counts_[i];
   sum_ += value;
   ++count_;
 }
 
 HistogramData Histogram::Snapshot() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   HistogramData d{bounds_, std::vector<uint64_t>(bounds_.size()), sum_, count_};
   uint64_t running = 0;
   for (size_t i = 0; i < counts_.size(); ++i) d.cumulative[i] = running += counts_[i];

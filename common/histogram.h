@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace muloco {
 
@@ -24,10 +26,10 @@ class Histogram {
 
  private:
   const std::vector<double> bounds_;
-  mutable std::mutex mu_;
-  std::vector<uint64_t> counts_;  // guarded by mu_; per bucket, not cumulative
-  double sum_ = 0;                // guarded by mu_
-  uint64_t count_ = 0;            // guarded by mu_
+  mutable absl::Mutex mu_;
+  std::vector<uint64_t> counts_ ABSL_GUARDED_BY(mu_);  // per bucket, not cumulative
+  double sum_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t count_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // 1 ms to about 17 min, doubling: rounds, calls and inner steps all fit.

@@ -11,7 +11,9 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <mutex>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace muloco {
 namespace {
@@ -39,8 +41,8 @@ void AppendEscaped(const char* msg, std::string* out) {
 }
 
 void WriteAll(const std::string& line) {
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
+  static absl::Mutex mu;
+  absl::MutexLock lock(&mu);
   for (size_t off = 0; off < line.size();) {
     const ssize_t n = ::write(STDERR_FILENO, line.data() + off, line.size() - off);
     if (n < 0 && errno == EINTR) continue;

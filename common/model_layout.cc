@@ -1,10 +1,13 @@
-// GPT parameter layout and initialisation (see model_layout.h).
+// Layouts: the GPT's, the Muon rule, checks, differences, the wire form (see model_layout.h).
 #include "common/model_layout.h"
 
 #include <cmath>
+#include <map>
 #include <random>
+#include <regex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace muloco {
 
@@ -21,33 +24,127 @@ absl::Status ValidateModelSpec(const v1::ModelSpec& s) {
 ParamLayout GptLayout(const v1::ModelSpec& s) {
   const int64_t V = s.vocab_size(), T = s.context(), d = s.d_model();
   ParamLayout layout;
-  auto add = [&](std::string name, std::vector<int64_t> shape, ParamKind kind) {
-    ParamInfo p{std::move(name), std::move(shape), kind};
-    p.numel = 1;
-    for (int64_t dim : p.shape) p.numel *= static_cast<size_t>(dim);
-    layout.push_back(std::move(p));
+  auto add = [&](std::string name, std::vector<int64_t> shape, ParamGroup group) {
+    layout.push_back(ParamInfo{std::move(name), std::move(shape), group});
   };
-  add("wte", {V, d}, ParamKind::kEmbedding);
-  add("wpe", {T, d}, ParamKind::kEmbedding);
+  add("wte", {V, d}, ParamGroup::kAdamW);
+  add("wpe", {T, d}, ParamGroup::kAdamW);
   for (uint32_t i = 0; i < s.n_layer(); ++i) {
     const std::string h = absl::StrCat("h.", i, ".");
-    add(h + "ln1.weight", {d}, ParamKind::kGain);
-    add(h + "ln1.bias", {d}, ParamKind::kBias);
-    add(h + "attn.qkv.weight", {3 * d, d}, ParamKind::kMatrix);
-    add(h + "attn.proj.weight", {d, d}, ParamKind::kMatrix);
-    add(h + "ln2.weight", {d}, ParamKind::kGain);
-    add(h + "ln2.bias", {d}, ParamKind::kBias);
-    add(h + "mlp.fc.weight", {4 * d, d}, ParamKind::kMatrix);
-    add(h + "mlp.proj.weight", {d, 4 * d}, ParamKind::kMatrix);
+    add(h + "ln1.weight", {d}, ParamGroup::kAdamWNoDecay);
+    add(h + "ln1.bias", {d}, ParamGroup::kAdamWNoDecay);
+    add(h + "attn.qkv.weight", {3 * d, d}, ParamGroup::kMuon);
+    add(h + "attn.proj.weight", {d, d}, ParamGroup::kMuon);
+    add(h + "ln2.weight", {d}, ParamGroup::kAdamWNoDecay);
+    add(h + "ln2.bias", {d}, ParamGroup::kAdamWNoDecay);
+    add(h + "mlp.fc.weight", {4 * d, d}, ParamGroup::kMuon);
+    add(h + "mlp.proj.weight", {d, 4 * d}, ParamGroup::kMuon);
   }
-  add("ln_f.weight", {d}, ParamKind::kGain);
-  add("ln_f.bias", {d}, ParamKind::kBias);
-  add("lm_head.weight", {V, d}, ParamKind::kHead);
+  add("ln_f.weight", {d}, ParamGroup::kAdamWNoDecay);
+  add("ln_f.bias", {d}, ParamGroup::kAdamWNoDecay);
+  add("lm_head.weight", {V, d}, ParamGroup::kAdamW);
+  PlaceTensors(&layout);
+  return layout;
+}
+
+void PlaceTensors(ParamLayout* layout) {
   size_t offset = 0;
-  for (ParamInfo& p : layout) {
+  for (ParamInfo& p : *layout) {
+    p.numel = 1;
+    for (int64_t dim : p.shape) p.numel *= static_cast<size_t>(std::max<int64_t>(dim, 0));
     p.offset = offset;
     offset += p.numel;
   }
+}
+
+absl::Status AssignGroups(const std::string& adamw_params, ParamLayout* layout) {
+  std::regex rule;
+  try {
+    rule = std::regex(adamw_params, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    return absl::InvalidArgumentError(absl::StrCat("--adamw_params: not a regular expression: ", e.what()));
+  }
+  for (ParamInfo& p : *layout) {
+    if (p.shape.size() <= 1) {
+      p.group = ParamGroup::kAdamWNoDecay;
+    } else {
+      p.group = p.shape.size() == 2 && !std::regex_search(p.name, rule) ? ParamGroup::kMuon : ParamGroup::kAdamW;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLayout(const ParamLayout& layout) {
+  auto bad = [](const std::string& m) { return absl::InvalidArgumentError("model layout: " + m); };
+  if (layout.empty()) return bad("no tensors");
+  if (layout.size() > 100000) return bad("more than 100000 tensors");
+  std::map<std::string, size_t> seen;
+  uint64_t total = 0;
+  for (const ParamInfo& p : layout) {
+    if (p.name.empty() || p.name.size() > 256) return bad("a tensor name is empty or longer than 256 characters");
+    for (char c : p.name) {
+      if (c < 0x21 || c > 0x7e) return bad(absl::StrCat("tensor name \"", p.name, "\" is not printable ASCII"));
+    }
+    if (!seen.emplace(p.name, 0).second) return bad(absl::StrCat("tensor ", p.name, " appears twice"));
+    if (p.shape.size() > 8) return bad(absl::StrCat("tensor ", p.name, " has more than 8 dimensions"));
+    uint64_t numel = 1;
+    for (int64_t dim : p.shape) {
+      if (dim < 1 || dim >= (int64_t{1} << 31)) return bad(absl::StrCat("tensor ", p.name, " has a dimension outside [1, 2^31)"));
+      numel *= static_cast<uint64_t>(dim);
+      if (numel > (uint64_t{1} << 36)) return bad(absl::StrCat("tensor ", p.name, " is too large"));
+    }
+    total += numel;
+    if (total > (uint64_t{1} << 36)) return bad("more than 2^36 parameters");
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+std::string ShapeText(const std::vector<int64_t>& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+
+}  // namespace
+
+std::string LayoutDifference(const ParamLayout& want, const ParamLayout& have) {
+  std::map<std::string, const ParamInfo*> by_name;
+  for (const ParamInfo& p : have) by_name[p.name] = &p;
+  for (const ParamInfo& w : want) {
+    auto it = by_name.find(w.name);
+    if (it == by_name.end()) return absl::StrCat("tensor ", w.name, " ", ShapeText(w.shape), " of the run is missing here");
+    if (it->second->shape != w.shape) {
+      return absl::StrCat("tensor ", w.name, ": shape ", ShapeText(it->second->shape), " here, ", ShapeText(w.shape),
+                          " in the run");
+    }
+    by_name.erase(it);
+  }
+  if (!by_name.empty()) return absl::StrCat("tensor ", by_name.begin()->first, " is not in the run's model");
+  return "";
+}
+
+v1::ModelLayout LayoutProto(const ParamLayout& layout) {
+  v1::ModelLayout out;
+  for (const ParamInfo& p : layout) {
+    v1::TensorSpec* t = out.add_tensors();
+    t->set_name(p.name);
+    for (int64_t d : p.shape) t->add_shape(d);
+    t->set_group(p.group == ParamGroup::kMuon     ? v1::TENSOR_GROUP_MUON
+                 : p.group == ParamGroup::kAdamW ? v1::TENSOR_GROUP_ADAMW
+                                                 : v1::TENSOR_GROUP_ADAMW_NO_DECAY);
+  }
+  return out;
+}
+
+absl::StatusOr<ParamLayout> LayoutFromProto(const v1::ModelLayout& proto) {
+  ParamLayout layout;
+  for (const v1::TensorSpec& t : proto.tensors()) {
+    ParamGroup g = ParamGroup::kAdamW;
+    if (t.group() == v1::TENSOR_GROUP_MUON) g = ParamGroup::kMuon;
+    else if (t.group() == v1::TENSOR_GROUP_ADAMW_NO_DECAY) g = ParamGroup::kAdamWNoDecay;
+    else if (t.group() != v1::TENSOR_GROUP_ADAMW) return absl::InvalidArgumentError("model layout: unknown tensor group");
+    layout.push_back(ParamInfo{t.name(), {t.shape().begin(), t.shape().end()}, g});
+  }
+  PlaceTensors(&layout);
+  if (absl::Status s = ValidateLayout(layout); !s.ok()) return s;
   return layout;
 }
 
@@ -58,7 +155,7 @@ size_t TotalParams(const ParamLayout& layout) {
 std::vector<TensorShape> CodecShapes(const ParamLayout& layout) {
   std::vector<TensorShape> out;
   for (const ParamInfo& p : layout) {
-    out.push_back(TensorShape{static_cast<uint32_t>(p.shape[0]), p.numel, p.shape.size() == 1});
+    out.push_back(TensorShape{static_cast<uint32_t>(p.shape.empty() ? 1 : p.shape[0]), p.numel, p.shape.size() <= 1});
   }
   return out;
 }
@@ -69,8 +166,9 @@ std::vector<float> InitParams(const v1::ModelSpec& spec, const ParamLayout& layo
   const float residual_std = 0.02f / std::sqrt(2.0f * spec.n_layer());
   for (const ParamInfo& p : layout) {
     float* dst = params.data() + p.offset;
-    if (p.kind == ParamKind::kGain || p.kind == ParamKind::kBias) {
-      std::fill(dst, dst + p.numel, p.kind == ParamKind::kGain ? 1.0f : 0.0f);
+    if (p.shape.size() == 1) {  // LayerNorm: gains 1, biases 0
+      const bool bias = p.name.size() > 4 && p.name.compare(p.name.size() - 4, 4, "bias") == 0;
+      std::fill(dst, dst + p.numel, bias ? 0.0f : 1.0f);
       continue;
     }
     const bool residual = p.name.size() > 11 && p.name.compare(p.name.size() - 11, 11, "proj.weight") == 0;

@@ -1,6 +1,8 @@
-// Parameter layout of the decoder-only GPT: every named tensor's shape and its offset in one
-// flat fp32 buffer. The server (no LibTorch) and the worker derive the same layout from a
-// ModelSpec, so a flat buffer is all that ever crosses the wire.
+// The model's layout as data: every named tensor's shape, its optimizer group and its offset
+// in one flat fp32 buffer, so a flat buffer is all that ever crosses the wire. A run's layout
+// is the built-in GPT's (GptLayout, derived from a ModelSpec by the server, which has no
+// LibTorch, and by the worker alike) or a user's model's (read from a safetensors file,
+// common/safetensors.h); the server sends it in Join and refuses a worker whose model differs.
 #pragma once
 
 #include <cstddef>
@@ -9,30 +11,27 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "codec/codec.h"
 #include "muloco/v1/muloco.pb.h"
 
 namespace muloco {
 
-// What a tensor is for; decides its optimizer group and initialisation.
-enum class ParamKind {
-  kEmbedding,  // token and position embeddings
-  kMatrix,     // 2-D hidden matrices (attention, MLP)
-  kHead,       // LM head
-  kGain,       // LayerNorm weights
-  kBias,       // LayerNorm biases
+// How the inner optimizers treat a tensor.
+enum class ParamGroup {
+  kMuon,          // hidden 2-D matrices: Muon (AdamW when the run's inner optimizer is adamw), decayed
+  kAdamW,         // embeddings, LM heads, tensors of other ranks: AdamW, decayed
+  kAdamWNoDecay,  // gains and biases (1-D) and scalars: AdamW without weight decay
 };
 
-// Muon's share of the model: the 2-D hidden matrices. Embeddings, the LM head, gains and
-// biases stay with AdamW.
-inline bool UsesMuon(ParamKind kind) { return kind == ParamKind::kMatrix; }
+inline bool UsesMuon(ParamGroup g) { return g == ParamGroup::kMuon; }
 // Whether the inner optimizers apply decoupled weight decay to it (not to gains and biases).
-inline bool Decays(ParamKind kind) { return kind != ParamKind::kGain && kind != ParamKind::kBias; }
+inline bool Decays(ParamGroup g) { return g != ParamGroup::kAdamWNoDecay; }
 
 struct ParamInfo {
   std::string name;
-  std::vector<int64_t> shape;
-  ParamKind kind;
+  std::vector<int64_t> shape;  // empty: a scalar
+  ParamGroup group = ParamGroup::kAdamW;
   size_t offset = 0;  // index of the first element in the flat buffer
   size_t numel = 0;
 };
@@ -42,10 +41,38 @@ using ParamLayout = std::vector<ParamInfo>;
 // Checks the spec's ranges (non-zero sizes, d_model divisible by n_head, sane limits).
 absl::Status ValidateModelSpec(const v1::ModelSpec& spec);
 
-// REQUIRES: ValidateModelSpec(spec).ok().
+// REQUIRES: ValidateModelSpec(spec).ok(). Groups by the default rule.
 ParamLayout GptLayout(const v1::ModelSpec& spec);
 
 size_t TotalParams(const ParamLayout& layout);
+
+// Which tensors Muon takes: every 2-D tensor whose name does not match `adamw_params` (an
+// ECMAScript regular expression searched in the name); other tensors of 2 or more
+// dimensions go to AdamW, 1-D tensors and scalars to AdamW without decay. The default names
+// the embeddings and LM heads of the common transformer conventions: GPT-2 / nanoGPT (wte,
+// wpe, lm_head), Hugging Face LLaMA (embed_tokens, lm_head), Meta LLaMA (tok_embeddings,
+// output).
+inline constexpr char kDefaultAdamwParams[] =
+    "(^|\\.)(wte|wpe|lm_head|embed_tokens|tok_embeddings|embeddings?|output|head)(\\.|$)";
+// Sets every tensor's group by the rule; INVALID_ARGUMENT when the expression does not parse.
+absl::Status AssignGroups(const std::string& adamw_params, ParamLayout* layout);
+
+// Sets offsets (tensors back to back, in order) and element counts from the shapes.
+void PlaceTensors(ParamLayout* layout);
+
+// Checks a layout that a file or a peer supplied: at least one tensor, names non-empty,
+// unique, at most 256 printable ASCII characters, dimensions in [1, 2^31), at most 2^36
+// parameters in all. REQUIRES: PlaceTensors done.
+absl::Status ValidateLayout(const ParamLayout& layout);
+
+// The first way `have` differs from `want` by names and shapes, in `want`'s order
+// ("tensor h.0.mlp.fc.weight: shape [256, 64] here, [128, 64] in the run"); "" when they
+// hold the same tensors. Groups and order are not compared.
+std::string LayoutDifference(const ParamLayout& want, const ParamLayout& have);
+
+// The layout on the wire (v1::ModelLayout) and back (validated).
+v1::ModelLayout LayoutProto(const ParamLayout& layout);
+absl::StatusOr<ParamLayout> LayoutFromProto(const v1::ModelLayout& proto);
 
 // The tensors' shapes as the codec sees them (rows, element count, 1-D or not).
 std::vector<TensorShape> CodecShapes(const ParamLayout& layout);

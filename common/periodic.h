@@ -3,41 +3,49 @@
 // implementation behind the worker's heartbeats and stop watcher and the server's watchdog.
 #pragma once
 
-#include <chrono>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace muloco {
 
 class PeriodicThread {
  public:
   PeriodicThread(double period_s, std::function<bool()> tick)
-      : thread_([this, period_s, tick = std::move(tick)] {
-          std::unique_lock<std::mutex> lock(mu_);
-          while (!cv_.wait_for(lock, std::chrono::duration<double>(period_s), [&] { return stop_; })) {
-            lock.unlock();
-            const bool again = tick();
-            lock.lock();
-            if (!again) return;
-          }
-        }) {}
+      : thread_([this, period_s, tick = std::move(tick)] { Loop(absl::Seconds(period_s), tick); }) {}
   ~PeriodicThread() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       stop_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     thread_.join();
   }
   PeriodicThread(const PeriodicThread&) = delete;
   PeriodicThread& operator=(const PeriodicThread&) = delete;
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;    // guarded by mu_
+  void Loop(absl::Duration period, const std::function<bool()>& tick) ABSL_LOCKS_EXCLUDED(mu_) {
+    mu_.Lock();
+    for (;;) {
+      const absl::Time deadline = absl::Now() + period;
+      while (!stop_ && !cv_.WaitWithDeadline(&mu_, deadline)) {
+      }
+      if (stop_) break;
+      mu_.Unlock();
+      const bool again = tick();
+      mu_.Lock();
+      if (!again) break;
+    }
+    mu_.Unlock();
+  }
+
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;   // last: starts after the fields above exist
 };
 

@@ -255,9 +255,9 @@ std::string DescribeRunConfig(const v1::RunConfig& c) {
                       " down=", c.downlink_codec(), " ef_beta=", c.ef_beta());
 }
 
-float WeightDecayFor(const v1::RunConfig& c, ParamKind kind) {
-  if (!Decays(kind)) return 0.0f;
-  return KindsOf(c).inner == InnerOptimizer::kMuon && UsesMuon(kind) ? c.muon_weight_decay() : c.weight_decay();
+float WeightDecayFor(const v1::RunConfig& c, ParamGroup group) {
+  if (!Decays(group)) return 0.0f;
+  return KindsOf(c).inner == InnerOptimizer::kMuon && UsesMuon(group) ? c.muon_weight_decay() : c.weight_decay();
 }
 
 double LearningRateFactor(const v1::RunConfig& c, uint64_t step) {

@@ -68,7 +68,7 @@ std::string DescribeRunConfig(const v1::RunConfig& config);
 
 // The decoupled weight decay the inner optimizers give a tensor of this kind: muon_weight_decay
 // for the matrices Muon trains, weight_decay for AdamW's other tensors, 0 for gains and biases.
-float WeightDecayFor(const v1::RunConfig& config, ParamKind kind);
+float WeightDecayFor(const v1::RunConfig& config, ParamGroup group);
 
 // Inner learning-rate multiplier at global inner step `step` (0-based) in [0, 1]: linear
 // warmup over warmup_steps, then cosine decay to inner_min_lr_ratio at total_rounds * H.

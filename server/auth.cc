@@ -101,13 +101,13 @@ absl::Status Auth::Reload(bool force) {
   if (path.empty()) return absl::OkStatus();
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ++stats_.token_reload_errors;
     return absl::InvalidArgumentError(absl::StrCat("cannot read token file ", path));
   }
   const int64_t mtime = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!force && mtime == file_mtime_ns_ && st.st_size == file_size_) return absl::OkStatus();
     file_mtime_ns_ = mtime;
     file_size_ = st.st_size;
@@ -116,7 +116,7 @@ absl::Status Auth::Reload(bool force) {
   struct stat after;
   if (stat(path.c_str(), &after) != 0 || after.st_size != st.st_size ||
       after.st_mtim.tv_sec != st.st_mtim.tv_sec || after.st_mtim.tv_nsec != st.st_mtim.tv_nsec) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     file_mtime_ns_ = -1;  // caught mid-write: read it again next time
     return absl::UnavailableError(absl::StrCat("token file ", path, " changed while being read; retrying"));
   }
@@ -127,7 +127,7 @@ absl::Status Auth::Reload(bool force) {
     // Most likely a file caught truncated; revoking everyone takes a restart instead.
     parsed = absl::InvalidArgumentError("no tokens in it (without --open_join nobody could join)");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!parsed.ok()) {
     ++stats_.token_reload_errors;
     return absl::InvalidArgumentError(absl::StrCat("token file ", path, ": ", parsed.status().message()));
@@ -145,7 +145,7 @@ bool Auth::RateOk(std::deque<double>* joins, size_t per_minute, double now) {
 }
 
 absl::StatusOr<std::string> Auth::Admit(const std::string& token) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::string label = "open";
   if (!options_.open_join || !token.empty()) {
     if (token.empty()) {
@@ -180,13 +180,22 @@ absl::StatusOr<std::string> Auth::Admit(const std::string& token) {
   return label;
 }
 
-std::string Auth::Open(uint64_t worker_id, const std::string& token) {
-  std::lock_guard<std::mutex> lock(mu_);
+void Auth::UnreserveLocked(const std::string& token) {
   auto reserved = reserved_.find(token);
   if (reserved != reserved_.end() && reserved->second > 0) {
     if (--reserved->second == 0) reserved_.erase(reserved);
     --reserved_total_;
   }
+}
+
+void Auth::Release(const std::string& token) {
+  absl::MutexLock lock(&mu_);
+  UnreserveLocked(token);
+}
+
+std::string Auth::Open(uint64_t worker_id, const std::string& token) {
+  absl::MutexLock lock(&mu_);
+  UnreserveLocked(token);
   Session& s = sessions_[worker_id];
   s.key = NewKey();
   s.token = token;
@@ -195,7 +204,7 @@ std::string Auth::Open(uint64_t worker_id, const std::string& token) {
 
 absl::Status Auth::Check(uint64_t worker_id, absl::string_view key, bool* revoked) {
   *revoked = false;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (key.empty()) {
     ++stats_.refused_bad_session;
     return absl::UnauthenticatedError("call without a session key (metadata muloco-session); join first");
@@ -216,19 +225,19 @@ absl::Status Auth::Check(uint64_t worker_id, absl::string_view key, bool* revoke
 }
 
 void Auth::Close(uint64_t worker_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   sessions_.erase(worker_id);
 }
 
 Auth::Stream::~Stream() {
   if (!auth_) return;
-  std::lock_guard<std::mutex> lock(auth_->mu_);
+  absl::MutexLock lock(&auth_->mu_);
   auto it = auth_->sessions_.find(id_);
   if (it != auth_->sessions_.end() && it->second.streams > 0) --it->second.streams;
 }
 
 absl::StatusOr<Auth::Stream> Auth::BeginStream(uint64_t worker_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = sessions_.find(worker_id);
   if (it == sessions_.end()) return absl::NotFoundError(absl::StrCat("unknown worker ", worker_id, "; join again"));
   if (it->second.streams >= options_.max_streams_per_worker) {
@@ -241,7 +250,7 @@ absl::StatusOr<Auth::Stream> Auth::BeginStream(uint64_t worker_id) {
 }
 
 absl::Status Auth::CountPush(uint64_t worker_id, uint64_t round) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = sessions_.find(worker_id);
   if (it == sessions_.end()) return absl::NotFoundError(absl::StrCat("unknown worker ", worker_id, "; join again"));
   Session& s = it->second;
@@ -255,13 +264,13 @@ absl::Status Auth::CountPush(uint64_t worker_id, uint64_t round) {
 }
 
 float Auth::WeightOf(const std::string& label) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = weights_.find(label);
   return it == weights_.end() ? 1.0f : it->second;
 }
 
 AuthStats Auth::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   AuthStats s = stats_;
   s.sessions = sessions_.size();
   s.tokens = tokens_.size();

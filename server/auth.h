@@ -14,9 +14,10 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -65,6 +66,9 @@ class Auth {
   absl::StatusOr<std::string> Admit(const std::string& token);
   // Opens the session of a worker the engine just joined; returns its key (32 hex digits).
   std::string Open(uint64_t worker_id, const std::string& token);
+  // Gives back the place Admit(token) reserved when the join is refused after all (the
+  // worker's model does not match); the join still counts against the rate limits.
+  void Release(const std::string& token);
   // Checks a call's credentials. NOT_FOUND: no session for this id (join again);
   // UNAUTHENTICATED: no key; PERMISSION_DENIED: wrong key, or the token was revoked (the
   // session is then closed and *revoked set: the caller evicts the worker).
@@ -73,7 +77,7 @@ class Auth {
   // Closes every session whose worker `live` says is gone (evicted by the engine).
   template <typename Live>
   void Retain(Live live) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (auto it = sessions_.begin(); it != sessions_.end();) it = live(it->first) ? std::next(it) : sessions_.erase(it);
   }
 
@@ -108,19 +112,21 @@ class Auth {
   };
   Auth(AuthOptions options, const Clock* clock) : options_(std::move(options)), clock_(clock) {}
   bool RateOk(std::deque<double>* joins, size_t per_minute, double now);
+  void UnreserveLocked(const std::string& token) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const AuthOptions options_;
   const Clock* const clock_;
-  mutable std::mutex mu_;
-  std::map<std::string, std::string> tokens_;          // guarded by mu_; token -> label
-  std::map<std::string, float> weights_;               // guarded by mu_; label -> weight
-  int64_t file_mtime_ns_ = -1, file_size_ = -1;       // guarded by mu_
-  std::map<uint64_t, Session> sessions_;               // guarded by mu_
-  std::deque<double> joins_;                           // guarded by mu_; admission times, last minute
-  std::map<std::string, std::deque<double>> token_joins_;  // guarded by mu_
-  std::map<std::string, size_t> reserved_;             // guarded by mu_; admitted, not yet opened, by token
-  size_t reserved_total_ = 0;                          // guarded by mu_
-  AuthStats stats_;                                    // guarded by mu_
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::string> tokens_ ABSL_GUARDED_BY(mu_);  // token -> label
+  std::map<std::string, float> weights_ ABSL_GUARDED_BY(mu_);  // label -> weight
+  int64_t file_mtime_ns_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t file_size_ ABSL_GUARDED_BY(mu_) = -1;
+  std::map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  std::deque<double> joins_ ABSL_GUARDED_BY(mu_);  // admission times, last minute
+  std::map<std::string, std::deque<double>> token_joins_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, size_t> reserved_ ABSL_GUARDED_BY(mu_);  // admitted, not yet opened, by token
+  size_t reserved_total_ ABSL_GUARDED_BY(mu_) = 0;
+  AuthStats stats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace muloco

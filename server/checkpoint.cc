@@ -18,7 +18,7 @@ namespace muloco {
 namespace {
 
 constexpr char kMagic[4] = {'M', 'L', 'C', 'K'};
-constexpr uint32_t kVersion = 2;  // 1: without the join counter (read as 0)
+constexpr uint32_t kVersion = 3;  // 2: without the layout; 1: without the join counter (read as 0)
 constexpr uint64_t kSeed = 0x636b7074ULL;
 
 void Put(std::string& out, const void* p, size_t n) { out.append(static_cast<const char*>(p), n); }
@@ -71,9 +71,10 @@ std::string SerializeCheckpoint(const ServerState& s) {
   PutScalar<uint32_t>(out, kVersion);
   PutScalar<uint64_t>(out, s.open_round);
   PutScalar<uint64_t>(out, s.joins);
-  const std::string config = s.config.SerializeAsString();
-  PutScalar<uint64_t>(out, config.size());
-  out += config;
+  for (const std::string& message : {s.config.SerializeAsString(), s.layout.SerializeAsString()}) {
+    PutScalar<uint64_t>(out, message.size());
+    out += message;
+  }
   PutFloats(out, s.theta_true);
   Put(out, s.theta_pub.data(), s.theta_pub.size() * sizeof(float));
   PutFloats(out, s.momentum);
@@ -97,6 +98,12 @@ absl::StatusOr<ServerState> ParseCheckpoint(const std::string& bytes) {
   if (!r.Scalar(&s.open_round) || (version >= 2 && !r.Scalar(&s.joins)) || !r.Scalar(&config_len) || config_len > bytes.size() - r.pos) return bad("bad header");
   if (!s.config.ParseFromArray(bytes.data() + r.pos, static_cast<int>(config_len))) return bad("bad run config");
   r.pos += config_len;
+  if (version >= 3) {
+    uint64_t layout_len;
+    if (!r.Scalar(&layout_len) || layout_len > bytes.size() - r.pos) return bad("bad header");
+    if (!s.layout.ParseFromArray(bytes.data() + r.pos, static_cast<int>(layout_len))) return bad("bad layout");
+    r.pos += layout_len;
+  }
   if (!r.Floats(&s.theta_true)) return bad("bad parameters");
   s.theta_pub.resize(s.theta_true.size());
   if (!r.Take(s.theta_pub.data(), s.theta_pub.size() * sizeof(float))) return bad("bad public parameters");

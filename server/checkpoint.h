@@ -3,9 +3,11 @@
 // Written atomically (temporary file, fsync, rename, fsync of the directory), the newest K
 // kept; loading skips truncated or corrupt files with a log line and never crashes.
 //
-// File: "MLCK" | u32 version 2 | u64 open round | u64 joins | u64 config bytes | RunConfig (protobuf) |
-//       u64 n | n fp32 θ_true | n fp32 θ_pub | u64 m (0 or n) | m fp32 momentum | u64 xxh64
-//       of every byte before it. (Version 1 had no joins field; it is still read, as 0 joins.)
+// File: "MLCK" | u32 version 3 | u64 open round | u64 joins | u64 config bytes | RunConfig (protobuf) |
+//       u64 layout bytes | ModelLayout (protobuf) | u64 n | n fp32 θ_true | n fp32 θ_pub |
+//       u64 m (0 or n) | m fp32 momentum | u64 xxh64 of every byte before it.
+// (Version 2 had no layout, read as empty: the run config's GPT; version 1 had no joins
+// field either, read as 0 joins.)
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,7 @@ struct ServerState {
   uint64_t open_round = 0;
   uint64_t joins = 0;  // the engine's join counter: data orders already handed out
   v1::RunConfig config;
+  v1::ModelLayout layout;  // the run's tensors and groups
   std::vector<float> theta_true, theta_pub, momentum;
 };
 

@@ -15,11 +15,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 
 namespace muloco {
@@ -137,8 +138,8 @@ struct ConnectionGate::Relay {
   std::unordered_map<std::string, uint32_t> per_key;
   uint64_t next_id = 1;
   double listen_paused_until = 0, last_sweep = 0;
-  mutable std::mutex stats_mu;
-  GateStats stats;
+  mutable absl::Mutex stats_mu;
+  GateStats stats ABSL_GUARDED_BY(stats_mu);
 
   ~Relay() {
     for (auto& [id, c] : conns) {
@@ -149,7 +150,7 @@ struct ConnectionGate::Relay {
 
   template <typename F>
   void Count(F f) {
-    std::lock_guard<std::mutex> lock(stats_mu);
+    absl::MutexLock lock(&stats_mu);
     f(stats);
     stats.open = conns.size();
   }
@@ -231,8 +232,8 @@ struct ConnectionGate::Relay {
       }
     }
     if (victim == nullptr) return false;
+    Count([](GateStats& s) { ++s.displaced; });  // before the close: whoever sees it closed sees it counted
     Close(victim);
-    Count([](GateStats& s) { ++s.displaced; });
     return true;
   }
 
@@ -248,8 +249,8 @@ struct ConnectionGate::Relay {
     for (auto& [id, c] : conns) {
       if (c->client_bytes == 0 && now - c->opened > o.silent_close_s) silent.push_back(c.get());
     }
+    if (!silent.empty()) Count([&](GateStats& s) { s.silent_closed += silent.size(); });  // before the closes
     for (Conn* c : silent) Close(c);
-    if (!silent.empty()) Count([&](GateStats& s) { s.silent_closed += silent.size(); });
   }
 
   void Close(Conn* c) {
@@ -383,7 +384,7 @@ ConnectionGate::~ConnectionGate() {
 }
 
 GateStats ConnectionGate::Stats() const {
-  std::lock_guard<std::mutex> lock(relay_->stats_mu);
+  absl::MutexLock lock(&relay_->stats_mu);
   return relay_->stats;
 }
 

@@ -19,6 +19,12 @@ ABSL_FLAG(double, round_timeout_s, 120, "Once half the expected workers pushed, 
 ABSL_FLAG(double, heartbeat_timeout_s, 30, "Evict a worker silent for this many seconds");
 ABSL_FLAG(uint32_t, chunk_bytes, 1 << 20, "Bytes per streamed chunk");
 ABSL_FLAG(double, linger_s, 30, "After the final round, keep serving until all workers leave, or none has been heard from (call, heartbeat, transfer) for this long");
+ABSL_FLAG(std::string, init_model, "",
+          "Start the run from this safetensors file: its tensors' names, shapes and values are the model (theta_0) "
+          "that Python workers train (muloco's Python package); without it, the built-in GPT of the run-config flags");
+ABSL_FLAG(std::string, adamw_params, muloco::kDefaultAdamwParams,
+          "Muon takes the 2-D tensors whose names do not match this regular expression (ECMAScript, searched); "
+          "the rest, AdamW (1-D tensors without weight decay). The default names transformer embeddings and heads");
 ABSL_FLAG(std::string, checkpoint_dir, "", "Checkpoint here and resume from the newest good checkpoint on start");
 ABSL_FLAG(uint32_t, checkpoint_every, 1, "Rounds between checkpoints (also on the final round and on SIGTERM)");
 ABSL_FLAG(uint32_t, keep_checkpoints, 3, "Checkpoints kept (the newest)");
@@ -80,6 +86,8 @@ int main(int argc, char** argv) {
   o.listen = absl::GetFlag(FLAGS_listen);
   o.port_file = absl::GetFlag(FLAGS_port_file);
   o.config = RunConfigFromFlags();
+  o.init_model = absl::GetFlag(FLAGS_init_model);
+  o.adamw_params = absl::GetFlag(FLAGS_adamw_params);
   o.min_quorum = absl::GetFlag(FLAGS_min_quorum);
   o.round_timeout_s = absl::GetFlag(FLAGS_round_timeout_s);
   o.heartbeat_timeout_s = absl::GetFlag(FLAGS_heartbeat_timeout_s);

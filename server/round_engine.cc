@@ -65,7 +65,7 @@ RoundEngine::RoundEngine(EngineOptions options, EngineState state, const Clock* 
 }
 
 RoundEngine::Joined RoundEngine::Join(const std::string& name, const std::string& participant, float weight) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const uint64_t id = next_worker_id_++;
   // Keyless sessions are participants of their own ('#' never starts a token label).
   const std::string key = participant.empty() ? absl::StrCat("#", id) : participant;
@@ -88,7 +88,7 @@ RoundEngine::Joined RoundEngine::Join(const std::string& name, const std::string
 }
 
 absl::Status RoundEngine::Heartbeat(uint64_t worker_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = members_.find(worker_id);
   if (it == members_.end()) return absl::NotFoundError(absl::StrCat("unknown worker ", worker_id, "; join again"));
   it->second.last_seen = clock_->Now();
@@ -96,7 +96,7 @@ absl::Status RoundEngine::Heartbeat(uint64_t worker_id) {
 }
 
 absl::Status RoundEngine::Report(uint64_t worker_id, const WorkerStats& stats) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = members_.find(worker_id);
   if (it == members_.end()) return absl::NotFoundError(absl::StrCat("unknown worker ", worker_id, "; join again"));
   it->second.last_seen = clock_->Now();
@@ -106,7 +106,7 @@ absl::Status RoundEngine::Report(uint64_t worker_id, const WorkerStats& stats) {
 }
 
 absl::Status RoundEngine::Leave(uint64_t worker_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!members_.count(worker_id)) return absl::NotFoundError(absl::StrCat("unknown worker ", worker_id));
   ForgetLocked(worker_id);
   ++stats_.leaves;
@@ -171,7 +171,7 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
   // all cores (each holds one segment's values, not a model).
   const PreChecked checked = PreCheck(payload);
   const bool vote = options_.aggregation == Aggregation::kVote;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto member = members_.find(worker_id);
   if (member == members_.end()) {
     ++stats_.rejected_unknown_worker;
@@ -423,7 +423,7 @@ void RoundEngine::CloseRoundLocked() {
   round_bytes_up_ = 0;
   std::fill(sum_.begin(), sum_.end(), 0.0f);
   OpenNextRoundLocked();
-  round_closed_.notify_all();
+  round_closed_.SignalAll();
 }
 
 void RoundEngine::LogCloseLocked(const RoundUpdate& update) const {
@@ -462,38 +462,37 @@ void RoundEngine::OpenNextRoundLocked() {
 }
 
 absl::StatusOr<RoundUpdate> RoundEngine::AwaitRound(uint64_t round, double wait_s) {
-  std::unique_lock<std::mutex> lock(mu_);
-  auto find = [&]() -> const RoundUpdate* {
-    for (const RoundUpdate& u : history_)
-      if (u.round == round) return &u;
-    return nullptr;
-  };
+  absl::MutexLock lock(&mu_);
   if (round > open_round_ || (round == open_round_ && done_)) {
     return absl::FailedPreconditionError(absl::StrCat("round ", round, " is not open (open: ", open_round_, ")"));
   }
-  round_closed_.wait_for(lock, std::chrono::duration<double>(wait_s), [&] { return open_round_ > round; });
+  const absl::Time deadline = absl::Now() + absl::Seconds(wait_s);
+  while (open_round_ <= round && !round_closed_.WaitWithDeadline(&mu_, deadline)) {
+  }
   if (open_round_ <= round) return absl::DeadlineExceededError(absl::StrCat("round ", round, " still open"));
-  if (const RoundUpdate* u = find()) return *u;
+  for (const RoundUpdate& u : history_) {
+    if (u.round == round) return u;
+  }
   return absl::FailedPreconditionError(absl::StrCat("round ", round, " is too old; fetch the model"));
 }
 
 uint64_t RoundEngine::OpenRound() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return open_round_;
 }
 
 bool RoundEngine::IsMember(uint64_t worker_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return members_.count(worker_id) != 0;
 }
 
 ModelSnapshot RoundEngine::Snapshot() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return ModelSnapshot{open_round_, pub_checksum_, theta_pub_};
 }
 
 void RoundEngine::Tick() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const double now = clock_->Now();
   std::vector<uint64_t> silent;
   for (const auto& [id, m] : members_) {
@@ -508,30 +507,30 @@ void RoundEngine::Tick() {
 }
 
 void RoundEngine::CountMalformedPush() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ++stats_.rejected_bad_payload;
 }
 
-void RoundEngine::WakeAll() { round_closed_.notify_all(); }
+void RoundEngine::WakeAll() { round_closed_.SignalAll(); }
 
 EngineState RoundEngine::ExportStateLocked() const {
   return EngineState{open_round_, stats_.joins, theta_true_, *theta_pub_, outer_.momentum_buffer()};
 }
 
 EngineState RoundEngine::ExportState() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return ExportStateLocked();
 }
 
 RoundEngine::RunState RoundEngine::State() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   RunState st{done_, members_.size(), 0};
   for (const auto& [id, m] : members_) st.last_heard = std::max(st.last_heard, m.last_seen);
   return st;
 }
 
 EngineStats RoundEngine::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   EngineStats s = stats_;
   s.live_workers = members_.size();
   for (const auto& [key, p] : participants_) s.participants += p.sessions > 0;

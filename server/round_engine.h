@@ -36,17 +36,17 @@
 // fail its check, the round's step is discarded (θ_true reset to θ_pub) instead.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -271,31 +271,35 @@ class RoundEngine {
   };
   PreChecked PreCheck(absl::string_view payload) const;
   // kMean: holds a checked push until the close, unless the round is full.
-  absl::Status HoldLocked(uint64_t worker_id, const std::string& participant, absl::string_view payload);
+  absl::Status HoldLocked(uint64_t worker_id, const std::string& participant, absl::string_view payload)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records an accepted on-time push; `makes_round`: it counts towards the quorum.
-  void AcceptLocked(uint64_t worker_id, Member& m, Participant& p, size_t bytes, bool makes_round);
-  void MaybeCloseLocked();
-  EngineState ExportStateLocked() const;
-  void CloseRoundLocked();
+  void AcceptLocked(uint64_t worker_id, Member& m, Participant& p, size_t bytes, bool makes_round)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeCloseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  EngineState ExportStateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CloseRoundLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // kVote: sum_ = the sign of the counted votes (polar-projected, scaled by the schedule),
   // with the vote's weight decay applied to θ_true; returns the participants counted.
-  size_t TallyVotesLocked();
-  void LogCloseLocked(const RoundUpdate& update) const;
+  size_t TallyVotesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LogCloseLocked(const RoundUpdate& update) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends a session; its participant goes with its last session (a keyless one for good).
-  void ForgetLocked(uint64_t worker_id);
-  bool AnyProvenLocked() const;
+  void ForgetLocked(uint64_t worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool AnyProvenLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A push for `round` from a participant one round late: proves it (once its backoff passed).
-  absl::Status LatePushLocked(Member& m, uint64_t round, const std::function<absl::Status(int32_t*)>& validate);
+  absl::Status LatePushLocked(Member& m, uint64_t round, const std::function<absl::Status(int32_t*)>& validate)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Aggregates the held pushes into sum_ (the mean); returns how many participants counted.
-  size_t AggregateLocked(std::map<uint64_t, std::vector<LandedRange>>* landed);
+  size_t AggregateLocked(std::map<uint64_t, std::vector<LandedRange>>* landed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a round's verdicts in the stats and, when any update did not count in full, logs them.
-  void RecordScreeningLocked(const std::vector<std::string>& keys, const std::vector<Verdict>& verdicts);
+  void RecordScreeningLocked(const std::vector<std::string>& keys, const std::vector<Verdict>& verdicts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Expected participants that have pushed in the open round.
-  size_t ExpectedInLocked() const;
+  size_t ExpectedInLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // θ_pub += decode(C(θ_true − θ_pub)); returns the payload.
-  std::shared_ptr<const std::string> PublishLocked();
+  std::shared_ptr<const std::string> PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a close: who missed, who is expected in the next round.
-  void OpenNextRoundLocked();
+  void OpenNextRoundLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const EngineOptions options_;
   const Clock* const clock_;
@@ -303,33 +307,33 @@ class RoundEngine {
   const std::vector<Segment> downlink_;
   const int close_threads_;
 
-  mutable std::mutex mu_;
-  std::condition_variable round_closed_;
-  OuterSgd outer_;                                     // guarded by mu_
-  std::vector<float> theta_true_;                      // guarded by mu_
-  std::shared_ptr<const std::vector<float>> theta_pub_;  // guarded by mu_; replaced, never mutated
-  std::shared_ptr<std::vector<float>> spare_pub_;      // guarded by mu_; a retired θ_pub, reused once unread
-  uint64_t pub_checksum_ = 0;                          // guarded by mu_
-  uint64_t open_round_ = 0;                            // guarded by mu_
-  bool done_ = false;                                  // guarded by mu_
-  uint64_t next_worker_id_;                            // guarded by mu_; random start
-  std::map<uint64_t, Member> members_;                 // guarded by mu_; sessions by worker id
-  std::map<std::string, Participant> participants_;    // guarded by mu_; by key
-  std::set<std::string> expected_;                     // guarded by mu_; participant keys
-  std::set<uint64_t> pushed_;                          // guarded by mu_; sessions that pushed in the open round
-  size_t quorum_pushes_ = 0;                           // guarded by mu_; of them, those that count for the quorum
-  std::vector<float> sum_;                             // guarded by mu_
-  std::vector<Pending> pending_;                       // guarded by mu_; this round's held pushes, in arrival order
-  uint64_t pending_bytes_ = 0;                         // guarded by mu_
-  RobustAggregator aggregator_;                        // guarded by mu_
-  std::vector<int32_t> votes_;                         // guarded by mu_ (kVote only)
-  double first_push_time_ = -1;                        // guarded by mu_
-  double straggler_clock_ = -1;                        // guarded by mu_; when the straggler deadline started
-  double round_open_time_;                             // guarded by mu_
+  mutable absl::Mutex mu_;
+  absl::CondVar round_closed_;
+  OuterSgd outer_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> theta_true_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const std::vector<float>> theta_pub_ ABSL_GUARDED_BY(mu_);  // replaced, never mutated
+  std::shared_ptr<std::vector<float>> spare_pub_ ABSL_GUARDED_BY(mu_);  // a retired θ_pub, reused once unread
+  uint64_t pub_checksum_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t open_round_ ABSL_GUARDED_BY(mu_) = 0;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_worker_id_ ABSL_GUARDED_BY(mu_);  // random start
+  std::map<uint64_t, Member> members_ ABSL_GUARDED_BY(mu_);  // sessions by worker id
+  std::map<std::string, Participant> participants_ ABSL_GUARDED_BY(mu_);  // by key
+  std::set<std::string> expected_ ABSL_GUARDED_BY(mu_);  // participant keys
+  std::set<uint64_t> pushed_ ABSL_GUARDED_BY(mu_);  // sessions that pushed in the open round
+  size_t quorum_pushes_ ABSL_GUARDED_BY(mu_) = 0;  // of them, those that count for the quorum
+  std::vector<float> sum_ ABSL_GUARDED_BY(mu_);
+  std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);  // this round's held pushes, in arrival order
+  uint64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  RobustAggregator aggregator_ ABSL_GUARDED_BY(mu_);
+  std::vector<int32_t> votes_ ABSL_GUARDED_BY(mu_);  // (kVote only)
+  double first_push_time_ ABSL_GUARDED_BY(mu_) = -1;
+  double straggler_clock_ ABSL_GUARDED_BY(mu_) = -1;  // when the straggler deadline started
+  double round_open_time_ ABSL_GUARDED_BY(mu_);
   Histogram round_durations_{DurationBuckets()};
-  uint64_t round_bytes_up_ = 0;                        // guarded by mu_
-  std::deque<RoundUpdate> history_;                    // guarded by mu_
-  EngineStats stats_;                                  // guarded by mu_
+  uint64_t round_bytes_up_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<RoundUpdate> history_ ABSL_GUARDED_BY(mu_);
+  EngineStats stats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace muloco

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -58,10 +59,10 @@ EngineOptions EngineOptionsFor(const ServerOptions& o, const v1::RunConfig& conf
     eo.aggregation = Aggregation::kVote;
     eo.polar_steps = static_cast<int>(config.ns_steps());
     for (const ParamInfo& p : layout) {
-      if (config.signmuon_polar() && UsesMuon(p.kind)) {
+      if (config.signmuon_polar() && UsesMuon(p.group) && p.shape.size() == 2) {
         eo.polar.push_back(MatrixRange{p.offset, static_cast<size_t>(p.shape[0]), static_cast<size_t>(p.shape[1])});
       }
-      const float rate = WeightDecayFor(config, p.kind);  // the inner optimizer's, per tensor
+      const float rate = WeightDecayFor(config, p.group);  // the inner optimizer's, per tensor
       if (rate > 0) eo.vote_decay.push_back(DecayRange{p.offset, p.numel, rate});
     }
     eo.vote_lr_factor = [config](uint64_t round) { return LearningRateFactor(config, round * config.inner_steps()); };
@@ -71,15 +72,20 @@ EngineOptions EngineOptionsFor(const ServerOptions& o, const v1::RunConfig& conf
 
 namespace {
 
-// The public model with what a reader needs to rebuild it.
-std::string ExportBytes(const v1::RunConfig& config, const ParamLayout& layout, const std::vector<float>& params,
-                        uint64_t round) {
+// The public model with what a reader needs to rebuild it: the built-in GPT's shape, or,
+// for a user's model, just the tensors under their own names.
+std::string ExportBytes(const v1::RunConfig& config, const ParamLayout& layout, bool builtin,
+                        const std::vector<float>& params, uint64_t round) {
   const v1::ModelSpec& m = config.model();
-  return SafetensorsBytes(layout, params.data(),
-                          {{"format", "muloco-gpt"}, {"round", std::to_string(round)},
-                           {"vocab_size", std::to_string(m.vocab_size())}, {"n_layer", std::to_string(m.n_layer())},
-                           {"n_head", std::to_string(m.n_head())}, {"d_model", std::to_string(m.d_model())},
-                           {"context", std::to_string(m.context())}, {"preset", config.preset()}});
+  std::map<std::string, std::string> meta = {{"round", std::to_string(round)}, {"preset", config.preset()}};
+  if (!builtin) {
+    meta["format"] = "muloco";
+    return SafetensorsBytes(layout, params.data(), meta);
+  }
+  meta.insert({{"format", "muloco-gpt"}, {"vocab_size", std::to_string(m.vocab_size())},
+               {"n_layer", std::to_string(m.n_layer())}, {"n_head", std::to_string(m.n_head())},
+               {"d_model", std::to_string(m.d_model())}, {"context", std::to_string(m.context())}});
+  return SafetensorsBytes(layout, params.data(), meta);
 }
 
 // The checkpoint's configuration with the requested changes that are safe mid-run applied:
@@ -135,10 +141,11 @@ void LogSummary(const EngineStats& st, size_t n, uint64_t checksum) {
 namespace {
 
 // What a run starts from: its configuration (a resumed checkpoint's, with the changes that
-// are safe mid-run applied), its layout and the engine's initial state.
+// are safe mid-run applied), its model's layout and the engine's initial state.
 struct RunStart {
   v1::RunConfig config;
   ParamLayout layout;
+  bool builtin = true;  // the layout is the config's GPT (else a user's model, from --init_model)
   EngineState initial;
 };
 
@@ -155,6 +162,61 @@ absl::Status Prefixed(const std::string& what, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
 }
 
+// A fresh run's model: the --init_model file's tensors and values, or the config's GPT from
+// its init_seed; groups by --adamw_params.
+absl::Status FreshModel(const ServerOptions& o, RunStart* start) {
+  if (o.init_model.empty()) {
+    start->layout = GptLayout(start->config.model());
+    start->initial.theta_pub = InitParams(start->config.model(), start->layout);
+  } else {
+    absl::StatusOr<std::string> bytes = ReadFile(o.init_model);
+    if (!bytes.ok()) return absl::InvalidArgumentError(absl::StrCat("--init_model=", o.init_model, ": cannot read it"));
+    absl::StatusOr<SafetensorsModel> model = ParseSafetensors(*bytes);
+    if (!model.ok()) return Invalid(Prefixed("--init_model=" + o.init_model, model.status()));
+    start->layout = std::move(model->layout);
+    start->initial.theta_pub = std::move(model->params);
+    start->builtin = LayoutDifference(GptLayout(start->config.model()), start->layout).empty();
+  }
+  if (absl::Status s = AssignGroups(o.adamw_params, &start->layout); !s.ok()) return s;
+  start->initial.theta_true = start->initial.theta_pub;
+  return absl::OkStatus();
+}
+
+// A resumed run's model: the checkpoint's layout and groups (older checkpoints: the config's
+// GPT), which --adamw_params may not change.
+absl::Status ResumedModel(const ServerOptions& o, ServerState* resumed, RunStart* start) {
+  const ParamLayout gpt = GptLayout(start->config.model());
+  if (resumed->layout.tensors_size() == 0) {
+    start->layout = gpt;
+  } else {
+    absl::StatusOr<ParamLayout> layout = LayoutFromProto(resumed->layout);
+    if (!layout.ok()) return absl::DataLossError(absl::StrCat("checkpoint: ", layout.status().message()));
+    start->layout = *std::move(layout);
+  }
+  start->builtin = LayoutDifference(gpt, start->layout).empty();
+  ParamLayout regrouped = start->layout;
+  if (absl::Status s = AssignGroups(o.adamw_params, &regrouped); !s.ok()) return s;
+  for (size_t i = 0; i < regrouped.size() && resumed->layout.tensors_size() > 0; ++i) {
+    if (regrouped[i].group != start->layout[i].group) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--checkpoint_dir=", o.checkpoint_dir, ": --adamw_params puts tensor ", regrouped[i].name,
+          " in another optimizer group than the checkpoint's run did; restart with that run's --adamw_params"));
+    }
+  }
+  if (resumed->layout.tensors_size() == 0) start->layout = std::move(regrouped);
+  const size_t n = TotalParams(start->layout);
+  if (resumed->theta_pub.size() != n) {
+    return absl::DataLossError(absl::StrCat("checkpoint holds ", resumed->theta_pub.size(),
+                                            " parameters, its model ", n));
+  }
+  start->initial = EngineState{resumed->open_round, resumed->joins, std::move(resumed->theta_true),
+                               std::move(resumed->theta_pub), std::move(resumed->momentum)};
+  Logf("server", "resuming from checkpoint in %s at round %llu%s", o.checkpoint_dir.c_str(),
+       static_cast<unsigned long long>(start->initial.open_round),
+       o.init_model.empty() ? "" : " (--init_model not read: the checkpoint holds the model)");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<RunStart> StartOfRun(const ServerOptions& o) {
   std::optional<ServerState> resumed;
   if (!o.checkpoint_dir.empty()) {
@@ -164,41 +226,26 @@ absl::StatusOr<RunStart> StartOfRun(const ServerOptions& o) {
     absl::StatusOr<ServerState> loaded = LoadNewestCheckpoint(o.checkpoint_dir);
     if (loaded.ok()) resumed = *std::move(loaded);
   }
-  RunStart start{o.config, {}, {}};
+  RunStart start{o.config};
   if (resumed) {
     absl::StatusOr<v1::RunConfig> merged = ResumedConfig(resumed->config, o.config, resumed->open_round);
     if (!merged.ok()) return Invalid(Prefixed("--checkpoint_dir=" + o.checkpoint_dir, merged.status()));
     start.config = *std::move(merged);
   }
   if (absl::Status s = ValidateRunConfig(start.config); !s.ok()) return absl::InvalidArgumentError(s.ToString());
-  start.layout = GptLayout(start.config.model());
-  const size_t n = TotalParams(start.layout);
-  if (!resumed) {
-    start.initial.theta_pub = InitParams(start.config.model(), start.layout);
-    start.initial.theta_true = start.initial.theta_pub;
-    return start;
-  }
-  if (resumed->theta_pub.size() != n) {
-    return absl::DataLossError(absl::StrCat("checkpoint holds ", resumed->theta_pub.size(),
-                                            " parameters, its config implies ", n));
-  }
-  start.initial = EngineState{resumed->open_round, resumed->joins, std::move(resumed->theta_true),
-                              std::move(resumed->theta_pub), std::move(resumed->momentum)};
-  Logf("server", "resuming from checkpoint in %s at round %llu", o.checkpoint_dir.c_str(),
-       static_cast<unsigned long long>(start.initial.open_round));
+  if (absl::Status s = resumed ? ResumedModel(o, &*resumed, &start) : FreshModel(o, &start); !s.ok()) return s;
   return start;
 }
 
 // Writes a checkpoint (and the export, if asked for) of each state the engine hands it.
-std::function<void(const EngineState&)> CheckpointWriter(const ServerOptions& o, const v1::RunConfig& config,
-                                                         const ParamLayout& layout) {
-  return [dir = o.checkpoint_dir, keep = o.keep_checkpoints, export_path = o.export_path, config,
-          layout](const EngineState& st) {
+std::function<void(const EngineState&)> CheckpointWriter(const ServerOptions& o, const RunStart& run) {
+  return [dir = o.checkpoint_dir, keep = o.keep_checkpoints, export_path = o.export_path, config = run.config,
+          layout = run.layout, builtin = run.builtin, proto = LayoutProto(run.layout)](const EngineState& st) {
     const auto t0 = std::chrono::steady_clock::now();
     absl::Status s = WriteCheckpoint(
-        dir, ServerState{st.open_round, st.joins, config, st.theta_true, st.theta_pub, st.momentum}, keep);
+        dir, ServerState{st.open_round, st.joins, config, proto, st.theta_true, st.theta_pub, st.momentum}, keep);
     if (s.ok() && !export_path.empty()) {
-      s = WriteFileAtomic(export_path, ExportBytes(config, layout, st.theta_pub, st.open_round));
+      s = WriteFileAtomic(export_path, ExportBytes(config, layout, builtin, st.theta_pub, st.open_round));
     }
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const auto round = static_cast<unsigned long long>(st.open_round);
@@ -271,7 +318,7 @@ int FinishRun(const ServerOptions& o, const RoundEngine& engine, const RunStart&
     }
   }
   if (!o.export_path.empty()) {
-    if (absl::Status s = WriteFileAtomic(o.export_path, ExportBytes(run.config, run.layout, *snap.params, snap.round));
+    if (absl::Status s = WriteFileAtomic(o.export_path, ExportBytes(run.config, run.layout, run.builtin, *snap.params, snap.round));
         !s.ok()) {
       rc = Exit(Prefixed("--export", s));
     } else {
@@ -300,12 +347,12 @@ int RunServer(ServerOptions o, const std::atomic<bool>* stop, std::atomic<bool>*
   EngineOptions eo = EngineOptionsFor(o, run->config, run->layout);
   if (!o.checkpoint_dir.empty()) {
     eo.checkpoint_every = std::max<uint32_t>(1, o.checkpoint_every);
-    eo.checkpoint = CheckpointWriter(o, run->config, run->layout);
+    eo.checkpoint = CheckpointWriter(o, *run);
   }
   RoundEngine engine(eo, std::move(run->initial), &clock);
   ServiceOptions so = o.service;
   so.max_payload_bytes = PayloadBytes(eo.uplink);  // pushes must be in the run's codec (the engine checks)
-  MulocoService service(&engine, auth->get(), run->config, so, &clock);
+  MulocoService service(&engine, auth->get(), run->config, run->layout, so, &clock);
 
   grpc::EnableDefaultHealthCheckService(true);
   const ServingOptions serving_options{
@@ -320,7 +367,8 @@ int RunServer(ServerOptions o, const std::atomic<bool>* stop, std::atomic<bool>*
       return Exit(absl::InternalError(absl::StrCat("--port_file: ", s.message())));
     }
   }
-  Logf("server", "serving on port %d: %s, %zu parameters", port, DescribeRunConfig(run->config).c_str(), n);
+  Logf("server", "serving on port %d: %s, %zu parameters%s", port, DescribeRunConfig(run->config).c_str(), n,
+       run->builtin ? "" : absl::StrCat(" in the ", run->layout.size(), " tensors of --init_model (not the GPT)").c_str());
   bool metrics_failed = false;
   const uint64_t dense_bytes = PayloadBytes(DenseSegments(n));
   std::unique_ptr<MetricsEndpoint> metrics = StartMetricsOrReport(

@@ -21,6 +21,9 @@ struct ServerOptions {
   std::string listen = "0.0.0.0:7070";  // address to serve on (port 0 picks a free port)
   std::string port_file;                // if set, the bound port is written here once serving
   v1::RunConfig config;                 // the run (a checkpoint's replaces it on resume)
+  std::string init_model;               // if set, θ₀ and the layout: a safetensors file (else the config's GPT)
+  std::string adamw_params = kDefaultAdamwParams;  // 2-D tensors whose names match stay with AdamW
+                                                   // (common/model_layout.h: AssignGroups)
   uint32_t min_quorum = 1;              // pushes required before a round may close
   double round_timeout_s = 120;         // once half the expected pushed, wait this long for the rest
   double heartbeat_timeout_s = 30;      // evict a worker silent this long

@@ -39,11 +39,13 @@ class Timer {
 
 }  // namespace
 
-MulocoService::MulocoService(RoundEngine* engine, Auth* auth, v1::RunConfig config, ServiceOptions options,
-                             const Clock* clock)
+MulocoService::MulocoService(RoundEngine* engine, Auth* auth, v1::RunConfig config, ParamLayout layout,
+                             ServiceOptions options, const Clock* clock)
     : engine_(engine),
       auth_(auth),
       config_(std::move(config)),
+      layout_(std::move(layout)),
+      layout_proto_(LayoutProto(layout_)),
       options_(options),
       max_payload_bytes_(options.max_payload_bytes ? options.max_payload_bytes
                                                    : PayloadBytes(DenseSegments(engine->num_params()))),
@@ -85,6 +87,21 @@ absl::StatusOr<Auth::Stream> MulocoService::AuthenticateStream(const grpc::Serve
   return auth_->BeginStream(*who);
 }
 
+grpc::Status MulocoService::CheckModel(const v1::ModelLayout& theirs) const {
+  if (theirs.tensors_size() == 0) return grpc::Status::OK;  // it builds the run's model from the config
+  if (theirs.tensors_size() > 100000) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a model of more than 100000 tensors");
+  }
+  absl::StatusOr<ParamLayout> have = LayoutFromProto(theirs);
+  if (!have.ok()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(have.status().message()));
+  const std::string difference = LayoutDifference(layout_, *have);
+  if (!difference.empty()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("this worker's model is not the run's: ", difference));
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status MulocoService::Join(grpc::ServerContext*, const v1::JoinRequest* req, v1::JoinResponse* resp) {
   if (req->protocol_version() != 1) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -94,6 +111,10 @@ grpc::Status MulocoService::Join(grpc::ServerContext*, const v1::JoinRequest* re
   if (req->token().size() > 1024) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "token longer than 1024 bytes");
   absl::StatusOr<std::string> label = auth_->Admit(req->token());
   if (!label.ok()) return ToGrpcStatus(label.status());
+  if (grpc::Status s = CheckModel(req->layout()); !s.ok()) {
+    auth_->Release(req->token());
+    return s;
+  }
   // A token's sessions are one participant (its label); open joins are each their own.
   const std::string participant = req->token().empty() ? "" : *label;
   RoundEngine::Joined j =
@@ -102,6 +123,7 @@ grpc::Status MulocoService::Join(grpc::ServerContext*, const v1::JoinRequest* re
   resp->set_worker_id(j.worker_id);
   resp->set_round(j.round);
   *resp->mutable_config() = config_;
+  *resp->mutable_layout() = layout_proto_;
   resp->set_num_params(engine_->num_params());
   resp->set_model_checksum(j.checksum);
   resp->set_join_index(j.join_index);
@@ -218,14 +240,14 @@ grpc::Status MulocoService::PushUpdate(grpc::ServerContext* ctx, grpc::ServerRea
   const std::unique_ptr<Watchdog::Watch> watch = watchdog_.Start(ctx);
   const Timer timer(&push_durations_, clock_);
   {
-    std::lock_guard<std::mutex> lock(partial_mu_);
+    absl::MutexLock lock(&partial_mu_);
     ++pushing_[me];
   }
   // Lets a PushProgress that waits for this call see what it kept.
   const absl::Cleanup ended = [this, me] {
-    std::lock_guard<std::mutex> lock(partial_mu_);
+    absl::MutexLock lock(&partial_mu_);
     if (--pushing_[me] == 0) pushing_.erase(me);
-    push_ended_.notify_all();
+    push_ended_.SignalAll();
   };
   v1::UpdateChunk first;
   if (!reader->Read(&first)) return Malformed(kInvalid, "empty push stream");
@@ -309,7 +331,7 @@ grpc::Status MulocoService::Heartbeat(grpc::ServerContext* ctx, const v1::Heartb
 
 void MulocoService::KeepPartial(uint64_t worker, PartialPush partial) {
   const uint64_t open = engine_->OpenRound();
-  std::lock_guard<std::mutex> lock(partial_mu_);
+  absl::MutexLock lock(&partial_mu_);
   for (auto it = partials_.begin(); it != partials_.end();) {  // pushes of closed rounds can never resume
     it = it->second.round < open ? partials_.erase(it) : std::next(it);
   }
@@ -318,7 +340,7 @@ void MulocoService::KeepPartial(uint64_t worker, PartialPush partial) {
 
 std::optional<MulocoService::PartialPush> MulocoService::TakePartial(uint64_t worker, uint64_t round,
                                                                      uint64_t checksum) {
-  std::lock_guard<std::mutex> lock(partial_mu_);
+  absl::MutexLock lock(&partial_mu_);
   PartialPush* kept = FindPartialLocked(worker, round, checksum);
   if (kept == nullptr) return std::nullopt;
   PartialPush p = std::move(*kept);
@@ -338,9 +360,11 @@ grpc::Status MulocoService::PushProgress(grpc::ServerContext* ctx, const v1::Pus
   uint64_t me = 0;
   absl::StatusOr<Auth::Stream> slot = AuthenticateStream(ctx, req->worker_id(), &me);
   if (!slot.ok()) return ToGrpcStatus(slot.status());
-  std::unique_lock<std::mutex> lock(partial_mu_);
+  absl::MutexLock lock(&partial_mu_);
   // The cut push's own call may still be ending on another thread: wait for it (bounded).
-  push_ended_.wait_for(lock, std::chrono::seconds(2), [&] { return pushing_.count(me) == 0; });
+  const absl::Time deadline = absl::Now() + absl::Seconds(2);
+  while (pushing_.count(me) != 0 && !push_ended_.WaitWithDeadline(&partial_mu_, deadline)) {
+  }
   const PartialPush* kept = FindPartialLocked(me, req->round(), req->payload_checksum());
   reply->set_received_bytes(kept != nullptr ? kept->bytes.size() : 0);
   return grpc::Status::OK;

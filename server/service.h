@@ -7,14 +7,15 @@
 
 #include <atomic>
 #include <cstddef>
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "muloco/v1/muloco.grpc.pb.h"
 #include "common/histogram.h"
+#include "common/model_layout.h"
 #include "server/auth.h"
 #include "server/round_engine.h"
 #include "server/watchdog.h"
@@ -41,8 +42,9 @@ struct ServiceOptions {
 
 class MulocoService final : public v1::Muloco::Service {
  public:
-  // `engine`, `auth` and `clock` must outlive the service.
-  MulocoService(RoundEngine* engine, Auth* auth, v1::RunConfig config, ServiceOptions options, const Clock* clock);
+  // `engine`, `auth` and `clock` must outlive the service; `layout` is the run's model.
+  MulocoService(RoundEngine* engine, Auth* auth, v1::RunConfig config, ParamLayout layout, ServiceOptions options,
+                const Clock* clock);
 
   // Makes blocked AwaitRound calls return UNAVAILABLE (server shutting down).
   void BeginShutdown() { shutting_down_ = true; }
@@ -72,7 +74,8 @@ class MulocoService final : public v1::Muloco::Service {
   // Removes and returns `worker`'s kept push when it is of (round, checksum).
   std::optional<PartialPush> TakePartial(uint64_t worker, uint64_t round, uint64_t checksum);
   // `worker`'s kept push when it is of (round, checksum), else null. REQUIRES: partial_mu_ held.
-  PartialPush* FindPartialLocked(uint64_t worker, uint64_t round, uint64_t checksum);
+  PartialPush* FindPartialLocked(uint64_t worker, uint64_t round, uint64_t checksum)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(partial_mu_);
   // The worker this call speaks for, from its metadata, after checking its session key.
   // `claimed` (the message's worker_id; none for PushUpdate, checked per chunk) must name
   // the same worker.
@@ -80,6 +83,9 @@ class MulocoService final : public v1::Muloco::Service {
   // Authenticate + a slot among the worker's calls in flight.
   absl::StatusOr<Auth::Stream> AuthenticateStream(const grpc::ServerContext* ctx, std::optional<uint64_t> claimed,
                                                   uint64_t* id);
+  // A joining worker's model against the run's (names and shapes): FAILED_PRECONDITION
+  // naming the first differing tensor.
+  grpc::Status CheckModel(const v1::ModelLayout& theirs) const;
   // A push refused for its framing or size: counted, and returned as `code`.
   grpc::Status Malformed(grpc::StatusCode code, const std::string& message);
   // Checks a push's first chunk (checksum named, declared size within bounds) and starts its
@@ -93,16 +99,18 @@ class MulocoService final : public v1::Muloco::Service {
   RoundEngine* const engine_;
   Auth* const auth_;
   const v1::RunConfig config_;
+  const ParamLayout layout_;
+  const v1::ModelLayout layout_proto_;
   const ServiceOptions options_;
   const size_t max_payload_bytes_;
   const Clock* const clock_;
   Watchdog watchdog_;
   Histogram push_durations_{DurationBuckets()}, fetch_durations_{DurationBuckets()};
   std::atomic<bool> shutting_down_{false};
-  std::mutex partial_mu_;
-  std::condition_variable push_ended_;
-  std::map<uint64_t, PartialPush> partials_;  // guarded by partial_mu_; by worker id
-  std::map<uint64_t, int> pushing_;           // guarded by partial_mu_; PushUpdate calls being read, by worker
+  absl::Mutex partial_mu_;
+  absl::CondVar push_ended_;
+  std::map<uint64_t, PartialPush> partials_ ABSL_GUARDED_BY(partial_mu_);  // by worker id
+  std::map<uint64_t, int> pushing_ ABSL_GUARDED_BY(partial_mu_);  // PushUpdate calls being read, by worker
   std::atomic<uint64_t> updates_sent_{0}, update_bytes_sent_{0}, model_fetches_{0}, model_bytes_sent_{0},
       oversized_pushes_{0};
 };

@@ -12,30 +12,30 @@ Watchdog::Watchdog(double idle_timeout_s, const Clock* clock, double period_s)
 Watchdog::~Watchdog() = default;
 
 std::unique_ptr<Watchdog::Watch> Watchdog::Start(grpc::ServerContext* ctx) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const uint64_t id = next_id_++;
   entries_[id] = Entry{ctx, clock_->Now()};
   return std::unique_ptr<Watch>(new Watch(this, id));
 }
 
 Watchdog::Watch::~Watch() {
-  std::lock_guard<std::mutex> lock(dog_->mu_);
+  absl::MutexLock lock(&dog_->mu_);
   dog_->entries_.erase(id_);
 }
 
 void Watchdog::Watch::Progress() {
-  std::lock_guard<std::mutex> lock(dog_->mu_);
+  absl::MutexLock lock(&dog_->mu_);
   auto it = dog_->entries_.find(id_);
   if (it != dog_->entries_.end()) it->second.last_progress = dog_->clock_->Now();
 }
 
 size_t Watchdog::watched() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return entries_.size();
 }
 
 void Watchdog::Check() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const double now = clock_->Now();
   for (auto it = entries_.begin(); it != entries_.end();) {
     if (now - it->second.last_progress > idle_timeout_s_) {

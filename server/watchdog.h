@@ -11,8 +11,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/periodic.h"
 
@@ -53,9 +54,9 @@ class Watchdog {
 
   const double idle_timeout_s_;
   const Clock* const clock_;
-  std::mutex mu_;
-  uint64_t next_id_ = 0;                // guarded by mu_
-  std::map<uint64_t, Entry> entries_;   // guarded by mu_
+  absl::Mutex mu_;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> cancelled_{0};
   PeriodicThread thread_;               // last: starts after the fields above exist
 };

@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <mutex>
-#include <condition_variable>
 #include <functional>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "codec/checksum.h"
 #include "common/grpc_status.h"
@@ -50,40 +50,43 @@ class StallGuard {
   StallGuard(grpc::ClientContext* ctx, double stall_s) : ctx_(ctx), stall_s_(stall_s), thread_([this] { Watch(); }) {}
   ~StallGuard() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       done_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     thread_.join();
   }
   void Progress() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ++moves_;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   // Stops watching: what is left (a push's buffered tail, then the reply) moves without
   // marks this side can see; a dead link still ends the call through keepalive.
   void Stop() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     done_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   // UNAVAILABLE (retried; a fetch resumes where it stopped) when the call was cancelled for
   // stalling; `s` otherwise.
   absl::Status Explain(absl::Status s) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!stalled_ || s.ok()) return s;
     return absl::UnavailableError(absl::StrCat("no progress for ", stall_s_, " s (stalled link)"));
   }
 
  private:
-  void Watch() {
-    std::unique_lock<std::mutex> lock(mu_);
+  void Watch() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
     for (uint64_t seen = moves_;; seen = moves_) {
-      if (!cv_.wait_for(lock, std::chrono::duration<double>(stall_s_), [&] { return done_ || moves_ != seen; })) {
-        stalled_ = true;
-        ctx_->TryCancel();
-        return;
+      const absl::Time deadline = absl::Now() + absl::Seconds(stall_s_);
+      while (!done_ && moves_ == seen) {
+        if (cv_.WaitWithDeadline(&mu_, deadline) && !done_ && moves_ == seen) {  // timed out, nothing moved
+          stalled_ = true;
+          ctx_->TryCancel();
+          return;
+        }
       }
       if (done_) return;
     }
@@ -91,11 +94,11 @@ class StallGuard {
 
   grpc::ClientContext* const ctx_;
   const double stall_s_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  uint64_t moves_ = 0;   // guarded by mu_
-  bool done_ = false;    // guarded by mu_
-  bool stalled_ = false; // guarded by mu_
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  uint64_t moves_ ABSL_GUARDED_BY(mu_) = 0;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool stalled_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;   // last: starts once the fields above exist
 };
 
@@ -105,14 +108,14 @@ constexpr double kStreamCapS = 7 * 24 * 3600.0;
 }  // namespace
 
 void ServerClient::SetSession(uint64_t worker_id, const std::string& key) {
-  std::lock_guard<std::mutex> lock(session_mu_);
+  absl::MutexLock lock(&session_mu_);
   session_id_ = std::to_string(worker_id);
   session_key_ = key;
 }
 
 void ServerClient::Prepare(grpc::ClientContext& ctx, double timeout_s) const {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
-  std::lock_guard<std::mutex> lock(session_mu_);
+  absl::MutexLock lock(&session_mu_);
   if (session_key_.empty()) return;
   ctx.AddMetadata("muloco-worker", session_id_);
   ctx.AddMetadata("muloco-session", session_key_);
@@ -270,7 +273,7 @@ absl::StatusOr<RoundResult> ServerClient::AwaitRound(uint64_t worker_id, uint64_
 }
 
 void ServerClient::CancelAwaits() {
-  std::lock_guard<std::mutex> lock(await_mu_);
+  absl::MutexLock lock(&await_mu_);
   awaits_cancelled_ = true;
   if (await_ctx_ != nullptr) await_ctx_->TryCancel();
 }
@@ -279,14 +282,14 @@ absl::StatusOr<RoundResult> ServerClient::AwaitOnce(uint64_t worker_id, uint64_t
   grpc::ClientContext ctx;
   Prepare(ctx, options_.call_timeout_s);
   {
-    std::lock_guard<std::mutex> lock(await_mu_);
+    absl::MutexLock lock(&await_mu_);
     if (awaits_cancelled_) return absl::CancelledError("AwaitRound cancelled: the worker is stopping");
     await_ctx_ = &ctx;
   }
   struct Unregister {
     ServerClient* client;
     ~Unregister() {
-      std::lock_guard<std::mutex> lock(client->await_mu_);
+      absl::MutexLock lock(&client->await_mu_);
       client->await_ctx_ = nullptr;
     }
   } unregister{this};

@@ -6,11 +6,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include <grpcpp/security/credentials.h>
@@ -77,11 +78,13 @@ class ServerClient : public Transport {
   const std::string address_;
   std::pair<uint64_t, uint64_t> cut_push_;  // (round, payload checksum) of a push whose last try was cut (Push's thread only)
   ClientOptions options_;
-  std::mutex await_mu_;
-  grpc::ClientContext* await_ctx_ = nullptr;  // guarded by await_mu_: the AwaitRound call in flight
-  bool awaits_cancelled_ = false;             // guarded by await_mu_
-  mutable std::mutex session_mu_;
-  std::string session_id_, session_key_;  // guarded by session_mu_ (the heartbeat thread reads them)
+  absl::Mutex await_mu_;
+  grpc::ClientContext* await_ctx_ ABSL_GUARDED_BY(await_mu_) = nullptr;  // the AwaitRound call in flight
+  bool awaits_cancelled_ ABSL_GUARDED_BY(await_mu_) = false;
+  mutable absl::Mutex session_mu_;
+  // The heartbeat thread reads them.
+  std::string session_id_ ABSL_GUARDED_BY(session_mu_);
+  std::string session_key_ ABSL_GUARDED_BY(session_mu_);
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Muloco::Stub> stub_;
 };

@@ -19,10 +19,11 @@
 #include <functional>
 #include <future>
 #include <limits>
-#include <mutex>
 #include <optional>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
@@ -151,7 +152,7 @@ class WorkerSession {
   std::optional<int> Start();
   // A fresh trainer (model, optimizers) on this worker's data order.
   std::unique_ptr<Trainer> NewTrainer() const {
-    return std::make_unique<Trainer>(config_, &*corpus_, config_.data_seed() + join_index_, o_.device);
+    return std::make_unique<Trainer>(config_, &*corpus_, config_.data_seed() + join_index_, o_.device, &layout_);
   }
   // Evaluates the public model every eval_every rounds, and always when `final`; with
   // --defer_eval, writes it to a file there instead (and evaluates it too when `final`, or
@@ -210,8 +211,12 @@ class WorkerSession {
   // Changes the counters that /metrics reports (only this thread writes them).
   template <typename F>
   void Count(F change) {
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    absl::MutexLock lock(&stats_mu_);
     change(stats_);
+  }
+  WorkerStats Stats() const {
+    absl::MutexLock lock(&stats_mu_);
+    return stats_;
   }
 
   const WorkerOptions& o_;
@@ -221,10 +226,11 @@ class WorkerSession {
   std::atomic<uint64_t> id_{0};
   uint64_t join_index_ = 0;  // of the first join: seeds this worker's data order
   v1::RunConfig config_;
+  ParamLayout layout_;  // the run's, from Join: the GPT's tensors with the server's optimizer groups
   uint64_t joined_round_ = 0, joined_checksum_ = 0;  // the last Join's open round and θ_pub checksum
   Replica pub_;
-  std::mutex stats_mu_;
-  WorkerStats stats_;  // guarded by stats_mu_ for the metrics endpoint's reads
+  mutable absl::Mutex stats_mu_;
+  WorkerStats stats_ ABSL_GUARDED_BY(stats_mu_);  // for the metrics endpoint's reads
   // For the summary (this thread only).
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   double train_seconds_ = 0;                // in local training, rounds that were pushed or refused
@@ -264,6 +270,36 @@ bool WorkerSession::Nap(double s) {
   return false;
 }
 
+namespace {
+
+// The run's layout from Join, which must be the built-in GPT of its config, tensor by tensor
+// and in the same order (a user's model is trained by the Python package). A server that
+// sends no layout runs the config's GPT.
+absl::StatusOr<ParamLayout> RunLayout(const v1::JoinResponse& joined) {
+  const ParamLayout gpt = GptLayout(joined.config().model());
+  ParamLayout run = gpt;
+  if (joined.layout().tensors_size() > 0) {
+    absl::StatusOr<ParamLayout> sent = LayoutFromProto(joined.layout());
+    if (!sent.ok()) return absl::InvalidArgumentError(absl::StrCat("server sent a bad layout: ", sent.status().message()));
+    std::string difference = LayoutDifference(*sent, gpt);
+    for (size_t i = 0; difference.empty() && i < gpt.size(); ++i) {
+      if ((*sent)[i].name != gpt[i].name) difference = absl::StrCat("tensor ", gpt[i].name, " is elsewhere in its order");
+    }
+    if (!difference.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the run's model is not the built-in GPT this worker trains (", difference,
+          "); train it with muloco's Python package"));
+    }
+    run = *std::move(sent);
+  }
+  if (joined.num_params() != TotalParams(run)) {
+    return absl::InvalidArgumentError("server's parameter count does not match its model");
+  }
+  return run;
+}
+
+}  // namespace
+
 absl::Status WorkerSession::Join(double timeout_s) {
   absl::StatusOr<v1::JoinResponse> joined = Retry([&] { return client_.Join(name_, token_); }, timeout_s);
   if (!joined.ok()) return joined.status();
@@ -273,9 +309,12 @@ absl::Status WorkerSession::Join(double timeout_s) {
   if (absl::Status s = ValidateRunConfig(joined->config()); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("server sent a bad config: ", s.message()));
   }
-  if (joined->num_params() != TotalParams(GptLayout(joined->config().model()))) {
-    return absl::InvalidArgumentError("server's parameter count does not match its config");
+  absl::StatusOr<ParamLayout> layout = RunLayout(*joined);
+  if (!layout.ok()) {
+    client_.Leave(joined->worker_id()).IgnoreError();  // never expected in a round it cannot train
+    return layout.status();
   }
+  layout_ = *std::move(layout);
   if (id_ == 0) join_index_ = joined->join_index();
   config_ = joined->config();
   if (!o_.defer_eval.empty()) {  // --evaluate=DIR finds the run's configuration here
@@ -355,16 +394,17 @@ void WorkerSession::LogSummary() const {
   const char* tag = tag_.c_str();
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const auto per_s = [](double n, double s) { return s > 0 ? n / s : 0.0; };
+  const WorkerStats stats = Stats();
   // "N bytes (Rx smaller than dense fp32, B bits/param)", over the rounds done.
   const auto bytes = [&](uint64_t b) {
-    return b == 0 ? absl::StrCat(b, " bytes") : absl::StrCat(b, " bytes (", SizeNote(b, stats_.rounds_done, n_), ")");
+    return b == 0 ? absl::StrCat(b, " bytes") : absl::StrCat(b, " bytes (", SizeNote(b, stats.rounds_done, n_), ")");
   };
-  Logf(tag, "summary: %-10s %llu", "rounds", static_cast<unsigned long long>(stats_.rounds_done));
+  Logf(tag, "summary: %-10s %llu", "rounds", static_cast<unsigned long long>(stats.rounds_done));
   Logf(tag, "summary: %-10s %llu (%.0f tokens/s while training, %.0f overall)", "tokens",
-       static_cast<unsigned long long>(stats_.tokens), per_s(stats_.tokens, train_seconds_),
-       per_s(stats_.tokens, wall_s));
-  Logf(tag, "summary: %-10s %s", "up", bytes(stats_.bytes_up).c_str());
-  Logf(tag, "summary: %-10s %s", "down", bytes(stats_.bytes_down).c_str());
+       static_cast<unsigned long long>(stats.tokens), per_s(stats.tokens, train_seconds_),
+       per_s(stats.tokens, wall_s));
+  Logf(tag, "summary: %-10s %s", "up", bytes(stats.bytes_up).c_str());
+  Logf(tag, "summary: %-10s %s", "down", bytes(stats.bytes_down).c_str());
   Logf(tag, "summary: %-10s %.4f first, %.4f last", "val_loss", first_val_, last_val_);
   Logf(tag, "summary: %-10s %.1f s (%.1f s training, %.1f s waiting for the server)", "wall time", wall_s,
        train_seconds_, wait_seconds_);
@@ -375,8 +415,7 @@ int WorkerSession::Run() {
   metrics_ = StartMetricsOrReport(
       o_.metrics_listen, "worker",
       [this] {
-        std::lock_guard<std::mutex> lock(stats_mu_);
-        std::vector<MetricSample> m = WorkerMetrics(stats_);
+        std::vector<MetricSample> m = WorkerMetrics(Stats());
         m.push_back({"muloco_build_info", "1, labelled with this build's version", false, 1.0,
                      {{"version", MulocoVersion()}}});
         m.push_back(HistogramSample("muloco_worker_inner_step_duration_seconds",
@@ -433,7 +472,7 @@ std::optional<int> WorkerSession::Start() {
   corpus_.emplace(*std::move(corpus));
   Logf(tag_.c_str(), "data %s; device %s", corpus_->description.c_str(), o_.device.Name().c_str());
   trainer_ = NewTrainer();
-  const ParamLayout layout = GptLayout(config_.model());
+  const ParamLayout& layout = layout_;
   n_ = TotalParams(layout);
   signmuon_ = KindsOf(config_).mode == RunMode::kSignMuon;
   overlap_ = o_.overlap && !signmuon_;
@@ -446,12 +485,7 @@ std::optional<int> WorkerSession::Start() {
   // Heartbeats for the current id (it changes on a rejoin) with the worker's counters; a
   // failure shows up on the next real call.
   heartbeat_ = std::make_unique<PeriodicThread>(o_.heartbeat_s, [this] {
-    v1::WorkerReport report;
-    {
-      std::lock_guard<std::mutex> lock(stats_mu_);
-      report = ToReport(stats_);
-    }
-    client_.Heartbeat(id_.load(), report).IgnoreError();
+    client_.Heartbeat(id_.load(), ToReport(Stats())).IgnoreError();
     return true;
   });
   if (!built) {
@@ -485,8 +519,9 @@ void WorkerSession::MaybeEvaluate(bool final) {
 
 bool WorkerSession::Finished(const Exchanged& x) {
   if (x.result.done) return true;
-  if (!o_.leave_after || stats_.rounds_done < o_.leave_after) return false;
-  Logf(tag_.c_str(), "leaving after %llu rounds (--leave_after)", static_cast<unsigned long long>(stats_.rounds_done));
+  const uint64_t rounds = Stats().rounds_done;
+  if (!o_.leave_after || rounds < o_.leave_after) return false;
+  Logf(tag_.c_str(), "leaving after %llu rounds (--leave_after)", static_cast<unsigned long long>(rounds));
   return true;
 }
 
@@ -596,10 +631,11 @@ int WorkerSession::Finish() {
   if (!o_.save_final.empty()) {
     if (absl::Status s = WriteFloatsAtomic(o_.save_final, pub_.params()); !s.ok()) return Fail(s);
   }
+  const WorkerStats stats = Stats();
   Logf(tag_.c_str(),
        "final: val_loss %.4f (start %.4f) after %llu rounds; up %llu bytes, down %llu bytes; checksum %016llx",
-       last_val_, first_val_, static_cast<unsigned long long>(stats_.rounds_done),
-       static_cast<unsigned long long>(stats_.bytes_up), static_cast<unsigned long long>(stats_.bytes_down),
+       last_val_, first_val_, static_cast<unsigned long long>(stats.rounds_done),
+       static_cast<unsigned long long>(stats.bytes_up), static_cast<unsigned long long>(stats.bytes_down),
        static_cast<unsigned long long>(pub_.checksum()));
   LogSummary();
   return 0;

@@ -55,20 +55,20 @@ torch::Tensor HostFlat(const float* p, size_t n) {
 }  // namespace
 
 struct Trainer::Impl {
-  Impl(const v1::RunConfig& c, const Corpus* corpus, uint64_t seed, const ComputeDevice& d)
-      : config(c), corpus(corpus), device(d), model(c.model(), TorchDevice(d)), rng(seed),
-        delta(d, TotalParams(model.layout())) {
+  Impl(const v1::RunConfig& c, const Corpus* corpus, uint64_t seed, const ComputeDevice& d, const ParamLayout* g)
+      : config(c), corpus(corpus), device(d), model(c.model(), TorchDevice(d)), groups(g ? *g : model.layout()),
+        rng(seed), delta(d, TotalParams(model.layout())) {
     const RunKinds kinds = KindsOf(c);
     const bool use_muon = kinds.inner == InnerOptimizer::kMuon;
     std::vector<torch::Tensor> matrices, decay, no_decay;
     for (size_t i = 0; i < model.layout().size(); ++i) {
-      const ParamKind kind = model.layout()[i].kind;
+      const ParamGroup group = groups[i].group;
       const torch::Tensor& p = model.params()[i];
-      if (use_muon && UsesMuon(kind)) {
+      if (use_muon && UsesMuon(group)) {
         matrices.push_back(p);
         muon_names.push_back(model.layout()[i].name);
       } else {
-        (Decays(kind) ? decay : no_decay).push_back(p);
+        (Decays(group) ? decay : no_decay).push_back(p);
         adam_params.push_back(p);
       }
     }
@@ -131,6 +131,7 @@ struct Trainer::Impl {
   const Corpus* corpus;
   const ComputeDevice device;
   Gpt model;
+  const ParamLayout groups;  // the optimizer group of each of the model's tensors
   std::unique_ptr<torch::optim::AdamW> adamw;  // everything Muon does not take
   std::unique_ptr<Muon> muon;                  // hidden matrices, when inner_optimizer is muon
   std::vector<std::string> muon_names;
@@ -144,8 +145,9 @@ struct Trainer::Impl {
   torch::Tensor pushed;  // overlap: the parameters the round in flight was pushed from
 };
 
-Trainer::Trainer(const v1::RunConfig& config, const Corpus* corpus, uint64_t seed, const ComputeDevice& device)
-    : impl_(std::make_unique<Impl>(config, corpus, seed, device)) {}
+Trainer::Trainer(const v1::RunConfig& config, const Corpus* corpus, uint64_t seed, const ComputeDevice& device,
+                 const ParamLayout* groups)
+    : impl_(std::make_unique<Impl>(config, corpus, seed, device, groups)) {}
 Trainer::~Trainer() = default;
 
 size_t Trainer::num_params() const { return impl_->model.num_params(); }
@@ -180,9 +182,8 @@ double Trainer::SignDirection(const float* global) {
   ++m.sign_steps;
   size_t muon_i = 0, adam_i = 0;
   for (size_t i = 0; i < m.model.params().size(); ++i) {
-    const ParamInfo& info = m.model.layout()[i];
     torch::Tensor dir;
-    if (m.muon && UsesMuon(info.kind)) {
+    if (m.muon && UsesMuon(m.groups[i].group)) {
       dir = m.muon->Direction(muon_i++);
     } else {
       // Adam's direction m_hat / (sqrt(v_hat) + eps): its sign is what the worker votes.
@@ -198,6 +199,7 @@ double Trainer::SignDirection(const float* global) {
       dir = m_hat / (v_hat.sqrt() + m.config.adam_eps());
       ++adam_i;
     }
+    const ParamInfo& info = m.model.layout()[i];
     TensorOf(m.delta).slice(0, info.offset, info.offset + info.numel).copy_(dir.reshape({-1}));
   }
   return loss;

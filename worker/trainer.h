@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "muloco/v1/muloco.pb.h"
+#include "common/model_layout.h"
 #include "worker/data.h"
 #include "worker/device.h"
 #include "worker/device_floats.h"
@@ -20,9 +21,12 @@ namespace muloco {
 
 class Trainer {
  public:
-  // `corpus` must outlive the trainer; `seed` picks this worker's batches.
-  // REQUIRES: ValidateRunConfig(config).ok(); a device from ResolveDevice.
-  Trainer(const v1::RunConfig& config, const Corpus* corpus, uint64_t seed, const ComputeDevice& device = {});
+  // `corpus` must outlive the trainer; `seed` picks this worker's batches; `groups`: the
+  // run's layout, whose optimizer groups (the server's --adamw_params) replace the model's own.
+  // REQUIRES: ValidateRunConfig(config).ok(); a device from ResolveDevice; `groups`, if given,
+  // holds the model's tensors in its order.
+  Trainer(const v1::RunConfig& config, const Corpus* corpus, uint64_t seed, const ComputeDevice& device = {},
+          const ParamLayout* groups = nullptr);
   ~Trainer();
 
   size_t num_params() const;

@@ -82,8 +82,10 @@ class Peer:
         return (("muloco-worker", str(self.id if worker is None else worker)),
                 ("muloco-session", self.key if key is None else key))
 
-    def join(self, name="probe", token="", version=1, timeout=10):
-        r = self._join(pb.JoinRequest(name=name, protocol_version=version, token=token), timeout=timeout)
+    def join(self, name="probe", token="", version=1, timeout=10, layout=()):
+        """`layout`: [(name, shape)] of this peer's model (none: it builds the run's from the config)."""
+        model = pb.ModelLayout(tensors=[pb.TensorSpec(name=n, shape=list(s)) for n, s in layout])
+        r = self._join(pb.JoinRequest(name=name, protocol_version=version, token=token, layout=model), timeout=timeout)
         self.id, self.key = r.worker_id, r.session_key
         return r
 

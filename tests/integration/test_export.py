@@ -3,10 +3,8 @@ independent PyTorch GPT (tests/reference/torch_reference.py's gpt_loss, written 
 loads by name, and its validation loss equals the one the worker logged for the same model
 on the same tokens. The validation split is one window long, so every validation batch is
 that window and Python needs none of the worker's sampling."""
-import json
 import os
 import re
-import struct
 import sys
 import unittest
 
@@ -14,30 +12,12 @@ import numpy as np
 import torch
 
 from harness import TINY, ClusterTest
+from safetensors_io import read_safetensors
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../reference"))
 from torch_reference import gpt_loss  # noqa: E402
 
 CONTEXT = 32  # TINY's
-
-
-def read_safetensors(path):
-    """{name: tensor}, metadata: parsed from the format's definition (8-byte LE header
-    length, JSON header, raw data), without the safetensors library."""
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack_from("<Q", data, 0)
-    assert n % 8 == 0, "data must start 8-byte aligned"
-    header = json.loads(data[8:8 + n])
-    base = 8 + n
-    meta = header.pop("__metadata__", {})
-    tensors = {}
-    for name, info in header.items():
-        assert info["dtype"] == "F32", info
-        begin, end = info["data_offsets"]
-        arr = np.frombuffer(data, dtype="<f4", count=(end - begin) // 4, offset=base + begin)
-        tensors[name] = torch.tensor(arr.reshape(info["shape"]))
-    return tensors, meta, header, data[base:]
 
 
 class Export(ClusterTest):

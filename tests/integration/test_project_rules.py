@@ -1,8 +1,11 @@
 """The project's own rules, checked the way .ci/run checks them: scripts/check_layers.py
 passes on the tree and fails, naming the include, on a tree that breaks the layer rule or
 has a cycle inside a folder; scripts/check_functions.py passes on the tree and names a
-function over 60 lines, and only such a function."""
+function over 60 lines, and only such a function; scripts/check_thread_safety.py (clang's
+-Wthread-safety) names a guarded member read without its mutex."""
+import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -11,6 +14,18 @@ import unittest
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SCRIPT = os.path.join(ROOT, "scripts", "check_layers.py")
 FUNCTIONS = os.path.join(ROOT, "scripts", "check_functions.py")
+THREADS = os.path.join(ROOT, "scripts", "check_thread_safety.py")
+GUARDED = """#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+class Counter {
+ public:
+  int Get() { %s return n_; }
+ private:
+  absl::Mutex mu_;
+  int n_ ABSL_GUARDED_BY(mu_) = 0;
+};
+int Use() { Counter c; return c.Get(); }
+"""
 
 
 def check(root, script=SCRIPT):
@@ -74,6 +89,18 @@ class ProjectRules(unittest.TestCase):
         self.assertEqual(rc, 1, out)
         self.assertIn("server/long.cc:2: Long is 61 lines", out)
         self.assertNotIn("ok.cc", out)
+
+    @unittest.skipIf(shutil.which("clang++") is None, "clang++ not installed")
+    def test_a_read_without_its_mutex_is_named(self):
+        d = tree({"server/bad.cc": GUARDED % "", "server/good.cc": GUARDED % "absl::MutexLock l(&mu_);"})
+        with open(os.path.join(d, "compile_commands.json"), "w") as f:
+            json.dump([{"directory": d, "file": name, "command": f"c++ -std=gnu++17 -Wall -c {name} -o x.o"}
+                       for name in ("server/bad.cc", "server/good.cc")], f)
+        r = subprocess.run([sys.executable, THREADS, d, d], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn("server/bad.cc", r.stdout)
+        self.assertIn("requires holding mutex 'mu_'", r.stdout)
+        self.assertNotIn("server/good.cc", r.stdout)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "codec/checksum.h"
 #include "common/run_config.h"
 
 namespace muloco {
@@ -23,6 +24,11 @@ ServerState State(uint64_t round) {
   ServerState s;
   s.open_round = round;
   s.config = DefaultRunConfig();
+  v1::TensorSpec* t = s.layout.add_tensors();
+  t->set_name("model.w");
+  t->add_shape(10);
+  t->add_shape(100);
+  t->set_group(v1::TENSOR_GROUP_MUON);
   for (int i = 0; i < 1000; ++i) {
     s.theta_true.push_back(i * 0.5f + round);
     s.theta_pub.push_back(i * 0.5f);
@@ -56,6 +62,28 @@ TEST(Checkpoint, RoundTripAndKeepNewest) {
   EXPECT_EQ(s->theta_pub, State(5).theta_pub);
   EXPECT_EQ(s->momentum, State(5).momentum);
   EXPECT_EQ(s->config.SerializeAsString(), DefaultRunConfig().SerializeAsString());
+  EXPECT_EQ(s->layout.SerializeAsString(), State(5).layout.SerializeAsString());
+}
+
+// A version-2 file (before the layout was kept) reads with an empty layout: the config's GPT.
+TEST(Checkpoint, ReadsTheVersionBeforeTheLayout) {
+  const ServerState want = State(4);
+  std::string b = "MLCK";
+  auto put = [&](const void* p, size_t n) { b.append(static_cast<const char*>(p), n); };
+  const uint32_t version = 2;
+  const uint64_t round = 4, joins = 3, n = want.theta_true.size(), m = want.momentum.size();
+  const std::string config = want.config.SerializeAsString();
+  const uint64_t config_len = config.size();
+  put(&version, 4), put(&round, 8), put(&joins, 8), put(&config_len, 8), b += config;
+  put(&n, 8), put(want.theta_true.data(), 4 * n), put(want.theta_pub.data(), 4 * n);
+  put(&m, 8), put(want.momentum.data(), 4 * m);
+  const uint64_t sum = Checksum64(b.data(), b.size(), 0x636b7074ULL);
+  put(&sum, 8);
+  absl::StatusOr<ServerState> s = ParseCheckpoint(b);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->joins, 3u);
+  EXPECT_EQ(s->layout.tensors_size(), 0);
+  EXPECT_EQ(s->theta_pub, want.theta_pub);
 }
 
 TEST(Checkpoint, DamagedFilesAreSkipped) {

@@ -1,8 +1,11 @@
-// GPT layout: offsets tile the flat buffer, counts match the closed form, init is seeded,
-// and run-config validation refuses bad values.
+// Layouts: the GPT's offsets tile the flat buffer, counts match the closed form, init is
+// seeded; the Muon rule, the layout checks, the named difference and the wire form; and
+// run-config validation refuses bad values.
 #include "common/model_layout.h"
 
 #include <gtest/gtest.h>
+
+#include <functional>
 
 #include "common/run_config.h"
 
@@ -31,8 +34,69 @@ TEST(ModelLayout, InitIsDeterministicInSeed) {
   s.set_init_seed(s.init_seed() + 1);
   EXPECT_NE(a, InitParams(s, l));
   const ParamInfo& gain = l[2];
-  ASSERT_EQ(gain.kind, ParamKind::kGain);
+  ASSERT_EQ(gain.name, "h.0.ln1.weight");
+  ASSERT_EQ(gain.group, ParamGroup::kAdamWNoDecay);
   EXPECT_EQ(a[gain.offset], 1.0f);
+}
+
+TEST(ModelLayout, TheDefaultRuleGroupsTheGptAsItIsBuilt) {
+  const ParamLayout gpt = GptLayout(DefaultRunConfig().model());
+  ParamLayout regrouped = gpt;
+  for (ParamInfo& p : regrouped) p.group = ParamGroup::kAdamW;
+  ASSERT_TRUE(AssignGroups(kDefaultAdamwParams, &regrouped).ok());
+  for (size_t i = 0; i < gpt.size(); ++i) EXPECT_EQ(regrouped[i].group, gpt[i].group) << gpt[i].name;
+  EXPECT_EQ(gpt[0].group, ParamGroup::kAdamW);  // wte
+  EXPECT_EQ(gpt[4].group, ParamGroup::kMuon);   // h.0.attn.qkv.weight
+}
+
+TEST(ModelLayout, TheRuleCoversOtherConventionsAndCanBeChanged) {
+  ParamLayout l = {{"model.embed_tokens.weight", {100, 8}}, {"model.layers.0.self_attn.q_proj.weight", {8, 8}},
+                   {"model.layers.0.input_layernorm.weight", {8}}, {"tok_embeddings.weight", {100, 8}},
+                   {"output.weight", {100, 8}}, {"conv.weight", {4, 3, 3, 3}}, {"temperature", {}},
+                   {"lm_head.weight", {100, 8}}, {"head_proj.weight", {8, 8}}};
+  PlaceTensors(&l);
+  ASSERT_TRUE(AssignGroups(kDefaultAdamwParams, &l).ok());
+  const std::vector<ParamGroup> want = {ParamGroup::kAdamW, ParamGroup::kMuon, ParamGroup::kAdamWNoDecay,
+                                        ParamGroup::kAdamW, ParamGroup::kAdamW, ParamGroup::kAdamW,
+                                        ParamGroup::kAdamWNoDecay, ParamGroup::kAdamW, ParamGroup::kMuon};
+  for (size_t i = 0; i < l.size(); ++i) EXPECT_EQ(l[i].group, want[i]) << l[i].name;
+  ASSERT_TRUE(AssignGroups("q_proj", &l).ok());
+  EXPECT_EQ(l[1].group, ParamGroup::kAdamW);
+  EXPECT_EQ(l[0].group, ParamGroup::kMuon);  // no longer named by the rule
+  EXPECT_EQ(AssignGroups("(", &l).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(l[6].numel, 1u);  // a scalar is one element
+  EXPECT_EQ(TotalParams(l), 100 * 8 * 4 + 8 * 8 * 2 + 8 + 4 * 27 + 1);
+}
+
+TEST(ModelLayout, DifferencesAreNamedAndBadLayoutsRefused) {
+  ParamLayout run = {{"a.weight", {4, 2}}, {"b.bias", {4}}};
+  PlaceTensors(&run);
+  ParamLayout same = {{"b.bias", {4}}, {"a.weight", {4, 2}}};  // another order holds the same tensors
+  EXPECT_EQ(LayoutDifference(run, same), "");
+  ParamLayout wider = {{"a.weight", {4, 3}}, {"b.bias", {4}}};
+  EXPECT_EQ(LayoutDifference(run, wider), "tensor a.weight: shape [4, 3] here, [4, 2] in the run");
+  ParamLayout renamed = {{"a.weight", {4, 2}}, {"b.beta", {4}}};
+  EXPECT_EQ(LayoutDifference(run, renamed), "tensor b.bias [4] of the run is missing here");
+  ParamLayout extra = run;
+  extra.push_back({"c", {1}});
+  EXPECT_EQ(LayoutDifference(run, extra), "tensor c is not in the run's model");
+
+  v1::ModelLayout wire = LayoutProto(run);
+  absl::StatusOr<ParamLayout> back = LayoutFromProto(wire);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ((*back)[1].offset, 8u);
+  EXPECT_EQ((*back)[0].group, run[0].group);
+  for (auto spoil : std::vector<std::function<void(v1::ModelLayout*)>>{
+           [](v1::ModelLayout* m) { m->mutable_tensors(1)->set_name("a.weight"); },     // twice
+           [](v1::ModelLayout* m) { m->mutable_tensors(0)->set_shape(0, -4); },          // negative
+           [](v1::ModelLayout* m) { m->mutable_tensors(0)->set_name("a weight"); },      // not printable
+           [](v1::ModelLayout* m) { m->mutable_tensors(0)->set_shape(1, 1LL << 40); },   // too large
+           [](v1::ModelLayout* m) { m->mutable_tensors(0)->set_group(static_cast<v1::TensorGroup>(9)); },
+           [](v1::ModelLayout* m) { m->clear_tensors(); }}) {
+    v1::ModelLayout bad = wire;
+    spoil(&bad);
+    EXPECT_EQ(LayoutFromProto(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad.DebugString();
+  }
 }
 
 TEST(RunConfig, ValidationAndSchedule) {
