@@ -250,7 +250,7 @@ def main():
     missing = [b for b in ("muloco-server", "muloco-worker") if not os.access(os.path.join(a.build, b), os.X_OK)]
     if missing:
         p.error(f"{', '.join(missing)} not built in {a.build}")
-    sys.path.insert(0, os.path.join(a.build, "gen_py"))
+    sys.path.insert(0, os.path.join(a.build, "python"))
     import attacks as A  # noqa: E402  (needs the generated protos on the path)
     A.ROUND_SEEDED = not a.checksum_seed0
     logs = a.logs or tempfile.mkdtemp(prefix="muloco_attacks_")

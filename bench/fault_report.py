@@ -21,7 +21,7 @@ import xxhash
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../tests/integration"))
 os.environ.setdefault("MULOCO_BUILD", sys.argv[1] if len(sys.argv) > 1 else "build")
-sys.path.insert(0, os.path.join(os.environ["MULOCO_BUILD"], "gen_py"))
+sys.path.insert(0, os.path.join(os.environ["MULOCO_BUILD"], "python"))
 
 import harness  # noqa: E402
 import muloco.v1.muloco_pb2 as pb  # noqa: E402

@@ -5,7 +5,8 @@
 
 namespace muloco {
 
-absl::StatusOr<v1::JoinResponse> LocalTransport::Join(const std::string& name, const std::string& token) {
+absl::StatusOr<v1::JoinResponse> LocalTransport::Join(const std::string& name, const std::string& token,
+                                                      const v1::ModelLayout&) {
   const RoundEngine::Joined j = engine_->Join(name);
   v1::JoinResponse r;
   r.set_worker_id(j.worker_id);

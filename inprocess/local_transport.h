@@ -17,7 +17,8 @@ class LocalTransport : public Transport {
   // `engine` must outlive the transport; `config` is what Join hands the worker.
   LocalTransport(RoundEngine* engine, v1::RunConfig config) : engine_(engine), config_(std::move(config)) {}
 
-  absl::StatusOr<v1::JoinResponse> Join(const std::string& name, const std::string& token) override;
+  absl::StatusOr<v1::JoinResponse> Join(const std::string& name, const std::string& token,
+                                        const v1::ModelLayout& model = {}) override;
   absl::StatusOr<FetchedModel> FetchModel(uint64_t worker_id) override;
   absl::Status Push(uint64_t worker_id, uint64_t round, const std::string& payload, float train_loss) override;
   absl::StatusOr<RoundResult> AwaitRound(uint64_t worker_id, uint64_t round) override;

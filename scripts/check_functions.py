@@ -10,7 +10,7 @@ import re
 import sys
 
 LIMIT = 60
-FOLDERS = ("kernels", "codec", "common", "worker", "server", "inprocess", "bench")
+FOLDERS = ("kernels", "codec", "common", "worker", "server", "inprocess", "python", "bench")
 SOURCES = (".h", ".cc", ".cu", ".cuh")
 CONTROL = re.compile(r"^\s*(if|for|while|switch|catch|do|else|return)\b")
 TRAILER = re.compile(r"\)\s*(const|override|final|noexcept|mutable|volatile|&|&&|\s)*$")

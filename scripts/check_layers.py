@@ -2,11 +2,12 @@
 """The include rule, checked: each folder is a layer and may include only its own headers
 and those of the layers below it.
 
-    kernels -> codec -> common -> {worker, server} -> inprocess -> {bench, tests}
+    kernels -> codec -> common -> {worker, server} -> {inprocess, python} -> {bench, tests}
 
 (`muloco/v1/...`, the generated protocol, sits between codec and common.) worker and server
 are peers and never include each other; inprocess (workers and an engine in one process) is
-the one place that joins them; bench and tests sit on top. Inside a folder there are no back-edges: taking a header and
+the one place that joins them; python (the Python package's native module) is a client of
+worker; bench and tests sit on top. Inside a folder there are no back-edges: taking a header and
 its .cc (or .cu) as one unit, the units' include graph has no cycle. Exits 1 and names
 every include against the rule; run by .ci/run."""
 import os
@@ -14,8 +15,8 @@ import re
 import sys
 
 LAYERS = {"kernels": 0, "codec": 1, "muloco": 1.5, "common": 2, "worker": 3, "server": 3,
-          "inprocess": 4, "bench": 5, "tests": 5}
-RULE = "kernels -> codec -> common -> {worker, server} -> inprocess -> {bench, tests}"
+          "inprocess": 4, "python": 4, "bench": 5, "tests": 5}
+RULE = "kernels -> codec -> common -> {worker, server} -> {inprocess, python} -> {bench, tests}"
 SOURCES = (".h", ".cc", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-FOLDERS = ("kernels", "codec", "common", "worker", "server", "inprocess")
+FOLDERS = ("kernels", "codec", "common", "worker", "server", "inprocess", "python")
 
 
 def commands(build, root):

@@ -128,13 +128,15 @@ void ServerClient::Pause(double s) {
   if (channel_->WaitForConnected(end)) std::this_thread::sleep_until(end);
 }
 
-absl::StatusOr<v1::JoinResponse> ServerClient::Join(const std::string& name, const std::string& token) {
+absl::StatusOr<v1::JoinResponse> ServerClient::Join(const std::string& name, const std::string& token,
+                                                    const v1::ModelLayout& model) {
   grpc::ClientContext ctx;
   Prepare(ctx, options_.call_timeout_s);
   v1::JoinRequest req;
   req.set_name(name);
   req.set_protocol_version(1);
   req.set_token(token);
+  *req.mutable_layout() = model;
   v1::JoinResponse resp;
   grpc::Status s = stub_->Join(&ctx, req, &resp);
   if (!s.ok()) return FromGrpcStatus(s);

@@ -43,7 +43,8 @@ class ServerClient : public Transport {
                ClientOptions options);
 
   // Presents the returned session (metadata muloco-worker / muloco-session) on later calls.
-  absl::StatusOr<v1::JoinResponse> Join(const std::string& name, const std::string& token) override;
+  absl::StatusOr<v1::JoinResponse> Join(const std::string& name, const std::string& token,
+                                        const v1::ModelLayout& model = {}) override;
   // Whole model, each chunk and the whole checksum-verified; a cut stream resumes where it
   // stopped (from the start if the model moved on meanwhile), paced by Backoff (retry.h).
   absl::StatusOr<FetchedModel> FetchModel(uint64_t worker_id) override;

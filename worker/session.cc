@@ -37,6 +37,7 @@
 #include "common/version.h"
 #include "common/worker_stats.h"
 #include "worker/client.h"
+#include "worker/core.h"
 #include "worker/data.h"
 #include "worker/evaluate.h"
 #include "worker/replica.h"
@@ -102,22 +103,6 @@ class RoundProgress {
   double next_s_ = period_s_;  // seconds after start_ of the next line
 };
 
-// A pushed round, for its line once it closes.
-struct PushedRound {
-  uint64_t round = 0;
-  size_t payload_bytes = 0;
-  double train_loss = 0, train_s = 0;
-  uint32_t steps = 1;  // inner steps it trained
-};
-
-// What became of one round's push and wait (WorkerSession::Exchange).
-struct Exchanged {
-  enum Stage { kPush, kAwait, kApply };
-  absl::Status status;  // OK: the update was applied; the replica is at result.next_round
-  Stage stage = kPush;  // where it stopped when status is not OK
-  RoundResult result;
-};
-
 ClientOptions ClientOptionsFor(const WorkerOptions& o) {
   ClientOptions c;
   c.tls_server_name = o.tls_server_name;
@@ -133,10 +118,7 @@ ClientOptions ClientOptionsFor(const WorkerOptions& o) {
 class WorkerSession {
  public:
   WorkerSession(const WorkerOptions& o, Transport* transport, std::string token)
-      : o_(o), client_(*transport), token_(std::move(token)) {
-    name_ = o.name.empty() ? absl::StrCat("worker-", getpid()) : o.name;
-    tag_ = absl::StrCat("worker ", SafeName(name_));
-  }
+      : o_(o), core_(o, transport, std::move(token)), config_(core_.config()), pub_(core_.pub()), tag_(core_.tag()) {}
 
   int Run();
 
@@ -152,7 +134,7 @@ class WorkerSession {
   std::optional<int> Start();
   // A fresh trainer (model, optimizers) on this worker's data order.
   std::unique_ptr<Trainer> NewTrainer() const {
-    return std::make_unique<Trainer>(config_, &*corpus_, config_.data_seed() + join_index_, o_.device, &layout_);
+    return std::make_unique<Trainer>(config_, &*corpus_, config_.data_seed() + core_.join_index(), o_.device, &core_.layout());
   }
   // Evaluates the public model every eval_every rounds, and always when `final`; with
   // --defer_eval, writes it to a file there instead (and evaluates it too when `final`, or
@@ -177,67 +159,33 @@ class WorkerSession {
   absl::Status Push(uint64_t r, const Trained& t);
   // The final evaluation, Leave, --save_final, and the final lines. Returns the exit code.
   int Finish();
-  absl::Status Join(double timeout_s);
-  absl::Status Resync();
   // Start, right after the first Join, when it said round 0 (and --init_from_seed): builds
   // the initial model from the run config's init_seed and keeps it when its checksum is the
   // one the server sent (true); otherwise (another build's random numbers, a resumed run)
   // Start fetches the model. If round 0 closes meanwhile (a late joiner), the first push is
   // refused as late and the worker fetches then, as after any late push.
   bool BuildSeededModel(uint64_t server_checksum);
+  bool Stopping() const { return core_.Stopping(); }
+  // Joins (core_.Join); with --defer_eval, writes the run's configuration beside the models.
+  absl::Status Join(double timeout_s);
   // Ends the run with an error (or, when a stop signal came meanwhile, with Stop()).
   int Fail(const absl::Status& s);
   // Leaves on a stop signal; the round in progress is dropped, the exchange in flight (if
   // any) is waited for (its await is cancelled). Returns 0.
   int Stop();
-  // One round's push and wait: Push (ALREADY_EXISTS: an earlier try got through), commit
-  // the uplink's error feedback, AwaitRound (both retried), apply the update to the replica.
-  // On the main thread, or with --overlap beside the next round's training; it touches only
-  // the transport, *uplink_ and pub_ (which the main thread leaves alone meanwhile).
-  Exchanged Exchange(uint64_t round, const std::string& payload, float train_loss);
-  // Acts on an exchange's outcome: counts and logs the closed round (true); after a
-  // recoverable failure resyncs (false); anything else is returned, for Fail.
-  absl::StatusOr<bool> Settle(const Exchanged& x, const PushedRound& p, double wait_s);
-  bool Stopping() const { return o_.stop_signal != nullptr && o_.stop_signal->load() != 0; }
-  // Sleeps s seconds, or less when a stop signal comes. Returns !Stopping().
-  bool Nap(double s);
-  // muloco::Retry (worker/retry.h), napping through Nap so a stop signal ends it.
-  template <typename F>
-  auto Retry(F fn, double timeout_s) -> decltype(fn()) {
-    return muloco::Retry(fn, timeout_s, [this](double s) { return Nap(s); }, tag_.c_str());
-  }
   // The end-of-run table: rounds, tokens, throughput, bytes, validation loss, wall time.
   void LogSummary() const;
-  // Changes the counters that /metrics reports (only this thread writes them).
-  template <typename F>
-  void Count(F change) {
-    absl::MutexLock lock(&stats_mu_);
-    change(stats_);
-  }
-  WorkerStats Stats() const {
-    absl::MutexLock lock(&stats_mu_);
-    return stats_;
-  }
 
   const WorkerOptions& o_;
-  Transport& client_;
-  const std::string token_;
-  std::string name_, tag_;  // tag_: "worker NAME", prefixes every log line
-  std::atomic<uint64_t> id_{0};
-  uint64_t join_index_ = 0;  // of the first join: seeds this worker's data order
-  v1::RunConfig config_;
-  ParamLayout layout_;  // the run's, from Join: the GPT's tensors with the server's optimizer groups
-  uint64_t joined_round_ = 0, joined_checksum_ = 0;  // the last Join's open round and θ_pub checksum
-  Replica pub_;
-  mutable absl::Mutex stats_mu_;
-  WorkerStats stats_ ABSL_GUARDED_BY(stats_mu_);  // for the metrics endpoint's reads
+  WorkerCore core_;
+  const v1::RunConfig& config_;  // core_'s
+  Replica& pub_;                 // core_'s
+  const std::string& tag_;       // core_'s
   // For the summary (this thread only).
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   double train_seconds_ = 0;                // in local training, rounds that were pushed or refused
-  double wait_seconds_ = 0;                 // training waited for the server (push, aggregation, downlink)
   uint64_t tokens_per_round_ = 0;
   double first_val_ = -1, last_val_ = -1;   // validation losses (-1: none yet)
-  uint64_t n_ = 0;                          // parameters of the model (for size notes)
   Histogram inner_steps_{DurationBuckets()};  // thread-safe: the metrics endpoint reads it
   // The run (Run), set up by Start. Declared before in_flight_, so that an exchange still in
   // flight when the session ends (an exception) finishes while these serve it.
@@ -245,8 +193,6 @@ class WorkerSession {
   std::unique_ptr<PeriodicThread> stop_watcher_;  // cancels awaits on a stop signal
   std::optional<Corpus> corpus_;
   std::unique_ptr<Trainer> trainer_;
-  std::unique_ptr<Uplink> uplink_;
-  std::unique_ptr<PeriodicThread> heartbeat_;
   bool signmuon_ = false, overlap_ = false;
   uint64_t tokens_per_step_ = 0;
   uint64_t last_eval_ = ~uint64_t{0};  // round of the last evaluation
@@ -259,77 +205,8 @@ class WorkerSession {
   uint32_t injected_faults_ = 0;       // --fault_nonfinite_rounds so far
 };
 
-bool WorkerSession::Nap(double s) {
-  constexpr double kSlice = 0.05;  // how soon a stop signal is noticed
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(s);
-  while (!Stopping()) {
-    const double left = std::chrono::duration<double>(end - std::chrono::steady_clock::now()).count();
-    if (left <= 0) return true;
-    client_.Pause(std::min(left, kSlice));
-  }
-  return false;
-}
 
-namespace {
 
-// The run's layout from Join, which must be the built-in GPT of its config, tensor by tensor
-// and in the same order (a user's model is trained by the Python package). A server that
-// sends no layout runs the config's GPT.
-absl::StatusOr<ParamLayout> RunLayout(const v1::JoinResponse& joined) {
-  const ParamLayout gpt = GptLayout(joined.config().model());
-  ParamLayout run = gpt;
-  if (joined.layout().tensors_size() > 0) {
-    absl::StatusOr<ParamLayout> sent = LayoutFromProto(joined.layout());
-    if (!sent.ok()) return absl::InvalidArgumentError(absl::StrCat("server sent a bad layout: ", sent.status().message()));
-    std::string difference = LayoutDifference(*sent, gpt);
-    for (size_t i = 0; difference.empty() && i < gpt.size(); ++i) {
-      if ((*sent)[i].name != gpt[i].name) difference = absl::StrCat("tensor ", gpt[i].name, " is elsewhere in its order");
-    }
-    if (!difference.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the run's model is not the built-in GPT this worker trains (", difference,
-          "); train it with muloco's Python package"));
-    }
-    run = *std::move(sent);
-  }
-  if (joined.num_params() != TotalParams(run)) {
-    return absl::InvalidArgumentError("server's parameter count does not match its model");
-  }
-  return run;
-}
-
-}  // namespace
-
-absl::Status WorkerSession::Join(double timeout_s) {
-  absl::StatusOr<v1::JoinResponse> joined = Retry([&] { return client_.Join(name_, token_); }, timeout_s);
-  if (!joined.ok()) return joined.status();
-  if (id_ != 0 && joined->config().SerializeAsString() != config_.SerializeAsString()) {
-    return absl::FailedPreconditionError("the server now runs a different configuration");
-  }
-  if (absl::Status s = ValidateRunConfig(joined->config()); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("server sent a bad config: ", s.message()));
-  }
-  absl::StatusOr<ParamLayout> layout = RunLayout(*joined);
-  if (!layout.ok()) {
-    client_.Leave(joined->worker_id()).IgnoreError();  // never expected in a round it cannot train
-    return layout.status();
-  }
-  layout_ = *std::move(layout);
-  if (id_ == 0) join_index_ = joined->join_index();
-  config_ = joined->config();
-  if (!o_.defer_eval.empty()) {  // --evaluate=DIR finds the run's configuration here
-    if (absl::Status s = WriteFileAtomic(DeferredConfigPath(o_.defer_eval), RunConfigText(config_)); !s.ok()) {
-      LogWarn(tag_.c_str(), "--defer_eval: %s", s.ToString().c_str());
-    }
-  }
-  joined_round_ = joined->round();
-  joined_checksum_ = joined->model_checksum();
-  id_ = joined->worker_id();
-  Logf(tag_.c_str(), "joined %s as %s (id %llu) at round %llu: %s", client_.Describe().c_str(), name_.c_str(),
-       static_cast<unsigned long long>(id_.load()), static_cast<unsigned long long>(joined->round()),
-       DescribeRunConfig(config_).c_str());
-  return absl::OkStatus();
-}
 
 bool WorkerSession::BuildSeededModel(uint64_t checksum) {
   FetchedModel m{0, checksum, InitParams(config_.model(), GptLayout(config_.model()))};
@@ -341,39 +218,28 @@ bool WorkerSession::BuildSeededModel(uint64_t checksum) {
     return false;
   }
   pub_.Reset(std::move(m));
-  Count([&](WorkerStats& st) { st.round = pub_.round(); });
+  core_.Count([&](WorkerStats& st) { st.round = pub_.round(); });
   Logf(tag_.c_str(), "built model at round %llu (%zu parameters) from init_seed %llu: checksum %016llx is the server's, "
        "nothing fetched", static_cast<unsigned long long>(pub_.round()), pub_.size(),
        static_cast<unsigned long long>(config_.model().init_seed()), static_cast<unsigned long long>(built));
   return true;
 }
 
-// Fetches the public model; joins again first if the server no longer knows this worker.
-absl::Status WorkerSession::Resync() {
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    absl::StatusOr<FetchedModel> m =
-        Retry([&] { return client_.FetchModel(id_.load()); }, o_.retry_timeout_s);
-    if (m.ok()) {
-      pub_.Reset(*std::move(m));
-      Count([&](WorkerStats& st) {
-        ++st.model_fetches;
-        st.round = pub_.round();
-      });
-      Logf(tag_.c_str(), "fetched model at round %llu (%zu parameters)", static_cast<unsigned long long>(pub_.round()),
-           pub_.size());
-      return absl::OkStatus();
+
+absl::Status WorkerSession::Join(double timeout_s) {
+  if (absl::Status s = core_.Join(timeout_s); !s.ok()) return s;
+  if (!o_.defer_eval.empty()) {  // --evaluate=DIR finds the run's configuration here
+    if (absl::Status s = WriteFileAtomic(DeferredConfigPath(o_.defer_eval), RunConfigText(config_)); !s.ok()) {
+      LogWarn(tag_.c_str(), "--defer_eval: %s", s.ToString().c_str());
     }
-    if (m.status().code() != absl::StatusCode::kNotFound) return m.status();
-    if (absl::Status s = Join(o_.retry_timeout_s); !s.ok()) return s;
   }
-  return absl::UnavailableError("could not resync");
+  return absl::OkStatus();
 }
 
 int WorkerSession::Fail(const absl::Status& s) {
   if (Stopping()) return Stop();
   LogError(tag_.c_str(), "%s", s.ToString().c_str());
-  heartbeat_.reset();  // none after Leave
-  client_.Leave(id_.load()).IgnoreError();
+  core_.Leave();
   return 1;
 }
 
@@ -381,11 +247,8 @@ int WorkerSession::Stop() {
   if (in_flight_.valid()) in_flight_.wait();
   Logf(tag_.c_str(), "leaving: %s at round %llu", SignalName(o_.stop_signal->load()),
        static_cast<unsigned long long>(pub_.round()));
-  if (id_ == 0) return 0;  // never joined
-  heartbeat_.reset();        // none after Leave
-  if (absl::Status s = client_.Leave(id_.load()); !s.ok()) {
-    LogWarn(tag_.c_str(), "Leave failed (%s); the server will evict this worker", s.ToString().c_str());
-  }
+  if (core_.id() == 0) return 0;  // never joined
+  core_.Leave();
   LogSummary();
   return 0;
 }
@@ -394,10 +257,10 @@ void WorkerSession::LogSummary() const {
   const char* tag = tag_.c_str();
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const auto per_s = [](double n, double s) { return s > 0 ? n / s : 0.0; };
-  const WorkerStats stats = Stats();
+  const WorkerStats stats = core_.Stats();
   // "N bytes (Rx smaller than dense fp32, B bits/param)", over the rounds done.
   const auto bytes = [&](uint64_t b) {
-    return b == 0 ? absl::StrCat(b, " bytes") : absl::StrCat(b, " bytes (", SizeNote(b, stats.rounds_done, n_), ")");
+    return b == 0 ? absl::StrCat(b, " bytes") : absl::StrCat(b, " bytes (", SizeNote(b, stats.rounds_done, core_.num_params()), ")");
   };
   Logf(tag, "summary: %-10s %llu", "rounds", static_cast<unsigned long long>(stats.rounds_done));
   Logf(tag, "summary: %-10s %llu (%.0f tokens/s while training, %.0f overall)", "tokens",
@@ -407,7 +270,7 @@ void WorkerSession::LogSummary() const {
   Logf(tag, "summary: %-10s %s", "down", bytes(stats.bytes_down).c_str());
   Logf(tag, "summary: %-10s %.4f first, %.4f last", "val_loss", first_val_, last_val_);
   Logf(tag, "summary: %-10s %.1f s (%.1f s training, %.1f s waiting for the server)", "wall time", wall_s,
-       train_seconds_, wait_seconds_);
+       train_seconds_, core_.wait_seconds());
 }
 
 int WorkerSession::Run() {
@@ -415,7 +278,7 @@ int WorkerSession::Run() {
   metrics_ = StartMetricsOrReport(
       o_.metrics_listen, "worker",
       [this] {
-        std::vector<MetricSample> m = WorkerMetrics(Stats());
+        std::vector<MetricSample> m = WorkerMetrics(core_.Stats());
         m.push_back({"muloco_build_info", "1, labelled with this build's version", false, 1.0,
                      {{"version", MulocoVersion()}}});
         m.push_back(HistogramSample("muloco_worker_inner_step_duration_seconds",
@@ -430,7 +293,7 @@ int WorkerSession::Run() {
   if (o_.stop_signal != nullptr) {
     stop_watcher_ = std::make_unique<PeriodicThread>(0.05, [this] {
       if (o_.stop_signal->load() == 0) return true;
-      client_.CancelAwaits();
+      core_.transport().CancelAwaits();
       return false;
     });
   }
@@ -461,35 +324,25 @@ int WorkerSession::Run() {
 std::optional<int> WorkerSession::Start() {
   if (absl::Status s = Join(o_.connect_timeout_s); !s.ok()) {
     if (Stopping()) return Stop();
-    LogError(tag_.c_str(), "cannot join %s: %s", client_.Describe().c_str(), s.ToString().c_str());
+    LogError(tag_.c_str(), "cannot join %s: %s", core_.transport().Describe().c_str(), s.ToString().c_str());
     return 1;
   }
   // At once, so that round 0 is as unlikely as can be to close before this worker trains it.
-  const bool built = o_.init_from_seed && joined_round_ == 0 && BuildSeededModel(joined_checksum_);
+  const bool built = o_.init_from_seed && core_.joined_round() == 0 && BuildSeededModel(core_.joined_checksum());
   absl::StatusOr<Corpus> corpus =
       LoadCorpus(o_.data, o_.val_data, config_.model().vocab_size(), config_.model().context());
   if (!corpus.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat("data: ", corpus.status().message())));
   corpus_.emplace(*std::move(corpus));
   Logf(tag_.c_str(), "data %s; device %s", corpus_->description.c_str(), o_.device.Name().c_str());
   trainer_ = NewTrainer();
-  const ParamLayout& layout = layout_;
-  n_ = TotalParams(layout);
   signmuon_ = KindsOf(config_).mode == RunMode::kSignMuon;
   overlap_ = o_.overlap && !signmuon_;
   if (o_.overlap && signmuon_) {
     LogWarn(tag_.c_str(), "--overlap: SignMuon takes one step per round, nothing to overlap; running without it");
   }
-  uplink_ = std::make_unique<Uplink>(PlanSegments(CodecShapes(layout), *ParseCodec(config_.uplink_codec())), signmuon_,
-                                     config_.ef_beta(), n_, config_.data_seed() + join_index_, o_.device);
-  if (!uplink_->status().ok()) return Fail(uplink_->status());
-  // Heartbeats for the current id (it changes on a rejoin) with the worker's counters; a
-  // failure shows up on the next real call.
-  heartbeat_ = std::make_unique<PeriodicThread>(o_.heartbeat_s, [this] {
-    client_.Heartbeat(id_.load(), ToReport(Stats())).IgnoreError();
-    return true;
-  });
+  if (absl::Status s = core_.Begin(); !s.ok()) return Fail(s);
   if (!built) {
-    if (absl::Status s = Resync(); !s.ok()) return Fail(s);
+    if (absl::Status s = core_.Resync(); !s.ok()) return Fail(s);
   }
   tokens_per_step_ = uint64_t{config_.batch_size()} * config_.model().context();
   tokens_per_round_ = (signmuon_ ? 1 : config_.inner_steps()) * tokens_per_step_;
@@ -512,14 +365,14 @@ void WorkerSession::MaybeEvaluate(bool final) {
     }
   }
   last_val_ = trainer_->Evaluate(pub_.params().data());
-  Count([&](WorkerStats& st) { st.val_loss = last_val_; });
+  core_.Count([&](WorkerStats& st) { st.val_loss = last_val_; });
   if (first_val_ < 0) first_val_ = last_val_;
   Logf(tag_.c_str(), "eval: round %llu val_loss %.4f", static_cast<unsigned long long>(r), last_val_);
 }
 
 bool WorkerSession::Finished(const Exchanged& x) {
   if (x.result.done) return true;
-  const uint64_t rounds = Stats().rounds_done;
+  const uint64_t rounds = core_.Stats().rounds_done;
   if (!o_.leave_after || rounds < o_.leave_after) return false;
   Logf(tag_.c_str(), "leaving after %llu rounds (--leave_after)", static_cast<unsigned long long>(rounds));
   return true;
@@ -529,7 +382,7 @@ absl::StatusOr<bool> WorkerSession::Land() {
   const auto t0 = std::chrono::steady_clock::now();
   const Exchanged x = in_flight_.get();
   wait_s_ += Seconds(std::chrono::steady_clock::now() - t0);
-  absl::StatusOr<bool> applied = Settle(x, flying_, wait_s_);
+  absl::StatusOr<bool> applied = core_.Settle(x, flying_, wait_s_);
   if (!applied.ok() || !*applied) return applied;
   if (Finished(x)) {
     done_ = true;
@@ -597,28 +450,29 @@ absl::StatusOr<bool> WorkerSession::Sound(uint64_t r) {
                                             " rounds in a row from the server's model: lower the learning rate"));
   }
   trainer_ = NewTrainer();
-  uplink_->Reset();
-  if (absl::Status s = Resync(); !s.ok()) return s;
+  core_.uplink().Reset();
+  if (absl::Status s = core_.Resync(); !s.ok()) return s;
   return false;
 }
 
 absl::Status WorkerSession::Push(uint64_t r, const Trained& t) {
-  absl::StatusOr<std::string> encoded = uplink_->Encode(trainer_->delta().data(), r);
+  absl::StatusOr<std::string> encoded = core_.uplink().Encode(trainer_->delta().data(), r);
   if (!encoded.ok()) return encoded.status();  // the device failed mid-run
   std::string payload = *std::move(encoded);
-  const PushedRound pushed{r, payload.size(), t.loss, t.seconds, signmuon_ ? 1 : config_.inner_steps()};
+  const PushedRound pushed{r, payload.size(), t.loss, t.seconds, signmuon_ ? 1 : config_.inner_steps(),
+                           tokens_per_round_};
   if (overlap_) {  // train the next round while this one is pushed, aggregated and sent back
     trainer_->MarkPush();
     flying_ = pushed;
     in_flight_ = std::async(std::launch::async, [this, r, payload = std::move(payload), loss = t.loss] {
-      return Exchange(r, payload, static_cast<float>(loss));
+      return core_.Exchange(r, payload, static_cast<float>(loss));
     });
     return absl::OkStatus();
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const Exchanged x = Exchange(r, payload, static_cast<float>(t.loss));
+  const Exchanged x = core_.Exchange(r, payload, static_cast<float>(t.loss));
   if (Stopping()) return absl::CancelledError("stop signal");  // Fail leaves through Stop
-  absl::StatusOr<bool> applied = Settle(x, pushed, Seconds(std::chrono::steady_clock::now() - t0));
+  absl::StatusOr<bool> applied = core_.Settle(x, pushed, Seconds(std::chrono::steady_clock::now() - t0));
   if (!applied.ok()) return applied.status();
   done_ = *applied && Finished(x);
   return absl::OkStatus();
@@ -626,12 +480,11 @@ absl::Status WorkerSession::Push(uint64_t r, const Trained& t) {
 
 int WorkerSession::Finish() {
   MaybeEvaluate(/*final=*/true);
-  heartbeat_.reset();
-  client_.Leave(id_.load()).IgnoreError();
+  core_.Leave();
   if (!o_.save_final.empty()) {
     if (absl::Status s = WriteFloatsAtomic(o_.save_final, pub_.params()); !s.ok()) return Fail(s);
   }
-  const WorkerStats stats = Stats();
+  const WorkerStats stats = core_.Stats();
   Logf(tag_.c_str(),
        "final: val_loss %.4f (start %.4f) after %llu rounds; up %llu bytes, down %llu bytes; checksum %016llx",
        last_val_, first_val_, static_cast<unsigned long long>(stats.rounds_done),
@@ -641,77 +494,7 @@ int WorkerSession::Finish() {
   return 0;
 }
 
-Exchanged WorkerSession::Exchange(uint64_t round, const std::string& payload, float train_loss) {
-  Exchanged x;
-  absl::Status pushed = Retry([&] { return client_.Push(id_.load(), round, payload, train_loss); }, o_.retry_timeout_s);
-  // An earlier attempt of this push got through (its reply was lost): the server has it.
-  if (pushed.code() == absl::StatusCode::kAlreadyExists) pushed = absl::OkStatus();
-  if (!pushed.ok()) {
-    x.status = pushed;
-    return x;
-  }
-  uplink_->Commit();
-  x.stage = Exchanged::kAwait;
-  absl::StatusOr<RoundResult> result = Retry([&] { return client_.AwaitRound(id_.load(), round); }, o_.retry_timeout_s);
-  if (!result.ok()) {
-    x.status = result.status();
-    return x;
-  }
-  x.result = *std::move(result);
-  if (!x.result.landed.empty()) {  // screening counted only part of the push: e keeps the rest
-    size_t cut = 0;
-    for (const LandedRange& l : x.result.landed) cut += l.fraction < 1.0f;
-    if (absl::Status s = uplink_->KeepUnlanded(payload, x.result.landed); !s.ok()) {
-      LogWarn(tag_.c_str(), "round %llu: the server's screening note is unusable (%s)",
-              static_cast<unsigned long long>(round), std::string(s.message()).c_str());
-    } else {
-      Logf(tag_.c_str(), "round %llu: the server's screening counted part of this push (%zu ranges); "
-           "error feedback keeps the rest", static_cast<unsigned long long>(round), cut);
-    }
-  }
-  x.stage = Exchanged::kApply;
-  x.status = pub_.Apply(x.result);
-  return x;
-}
 
-absl::StatusOr<bool> WorkerSession::Settle(const Exchanged& x, const PushedRound& p, double wait_s) {
-  const auto r = static_cast<unsigned long long>(p.round);
-  if (!x.status.ok()) {
-    // NOT_FOUND (this server does not know us: evicted, or restarted), FAILED_PRECONDITION
-    // (stale round), a refused payload and an update that does not apply end in a resync;
-    // anything else but the transient codes (retried in Exchange) is fatal.
-    const absl::StatusCode c = x.status.code();
-    const bool recoverable = c == absl::StatusCode::kNotFound || c == absl::StatusCode::kFailedPrecondition ||
-                             (x.stage == Exchanged::kPush && c == absl::StatusCode::kInvalidArgument) ||
-                             x.stage == Exchanged::kApply;
-    if (!recoverable || Stopping()) return x.status;
-    static constexpr const char* kWhat[] = {"push refused", "waiting for the round failed", "update not applied"};
-    LogWarn(tag_.c_str(), "round %llu: %s (%s); resyncing", r, kWhat[x.stage], x.status.ToString().c_str());
-    if (absl::Status s = Resync(); !s.ok()) return s;
-    return false;
-  }
-  const RoundResult& u = x.result;
-  Count([&](WorkerStats& st) {
-    ++st.rounds_done;
-    st.round = pub_.round();
-    st.bytes_up += p.payload_bytes;
-    st.bytes_down += u.payload.size();
-    st.tokens += tokens_per_round_;
-    st.train_loss = p.train_loss;
-    st.ef_residual_norm = uplink_->ResidualNorm();
-    st.inner_step_seconds = p.train_s / p.steps;
-    st.tokens_per_second = p.train_s > 0 ? tokens_per_round_ / p.train_s : 0;
-    st.wait_seconds = wait_s;
-  });
-  wait_seconds_ += wait_s;
-  Logf(tag_.c_str(),
-       "round %llu: train_loss %.4f, up %zu bytes (%s), down %zu bytes (%s), %u contributors, trained %.2f s, "
-       "waited %.2f s, checksum %016llx ok",
-       r, p.train_loss, p.payload_bytes, SizeNote(p.payload_bytes, 1, n_).c_str(), u.payload.size(),
-       SizeNote(u.payload.size(), 1, n_).c_str(), u.contributors, p.train_s, wait_s,
-       static_cast<unsigned long long>(pub_.checksum()));
-  return true;
-}
 
 int RunWorker(const WorkerOptions& o) {
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = MakeChannelCredentials(o.tls);

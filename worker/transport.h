@@ -41,7 +41,9 @@ class Transport {
 
   // Admits this worker. The transport keeps the returned session and presents it on every
   // later call.
-  virtual absl::StatusOr<v1::JoinResponse> Join(const std::string& name, const std::string& token) = 0;
+  // `model`: the worker's own tensors (empty: it builds the run's model from the config).
+  virtual absl::StatusOr<v1::JoinResponse> Join(const std::string& name, const std::string& token,
+                                                const v1::ModelLayout& model = {}) = 0;
   // The whole public model of the open round.
   virtual absl::StatusOr<FetchedModel> FetchModel(uint64_t worker_id) = 0;
   virtual absl::Status Push(uint64_t worker_id, uint64_t round, const std::string& payload, float train_loss) = 0;

@@ -65,10 +65,10 @@ def wait_for_log(proc, pattern, timeout):
 
 
 class Proc:
-    def __init__(self, args, log_path):
+    def __init__(self, args, log_path, env=None):
         self.log_path = log_path
         self.log = open(log_path, "w")
-        self.p = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.p = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
     def text(self):
         with open(self.log_path) as f:

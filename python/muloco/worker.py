@@ -1,0 +1,127 @@
+"""muloco.Worker and muloco.save_initial (see the package's docstring)."""
+import os
+import signal
+import sys
+
+import numpy as np
+import torch
+
+from . import safetensors
+from ._muloco import Worker as _NativeWorker
+
+
+def save_initial(model, path, metadata=None):
+    """Writes the model's parameters (float32, under their PyTorch names) as the run's initial
+    model for muloco-server --init_model."""
+    tensors = [(name, p.detach().to("cpu", torch.float32).numpy()) for name, p in model.named_parameters()]
+    safetensors.write(path, tensors, metadata)
+
+
+def _token(token, token_file):
+    if token_file:
+        with open(token_file) as f:
+            token = f.readline().strip()
+        if not token:
+            raise ValueError(f"token_file={token_file}: no token on its first line")
+    return token or ""
+
+
+class Worker:
+    """One worker of a run, training `model` (a torch.nn.Module, or anything with
+    named_parameters()). Leaves the run on SIGTERM (and exits 0), on leave(), or at the end
+    of a `with` block."""
+
+    def __init__(self, model, server, name="", token=None, token_file=None, insecure=False, tls_ca="", tls_cert="",
+                 tls_key="", tls_server_name="", heartbeat_s=5.0, connect_timeout_s=60.0, retry_timeout_s=600.0,
+                 leave_on_sigterm=True):
+        self._params = dict(model.named_parameters())
+        tensors = [(n, list(p.shape)) for n, p in self._params.items()]
+        self._native = _NativeWorker(server, tensors, name=name or f"py-{os.getpid()}",
+                                     token=_token(token, token_file), insecure=insecure, tls_ca=tls_ca,
+                                     tls_cert=tls_cert, tls_key=tls_key, tls_server_name=tls_server_name,
+                                     heartbeat_s=heartbeat_s, connect_timeout_s=connect_timeout_s,
+                                     retry_timeout_s=retry_timeout_s)
+        self._native.join()
+        self.config = self._native.config()
+        self.layout = self._native.layout()  # [(name, shape, group)] in the run's order
+        self._order = [self._params[n] for n, _, _ in self.layout]
+        self._left = False
+        if leave_on_sigterm:
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        self._exchange(lambda buffers: self._native.read_model(buffers))
+
+    @property
+    def round(self):
+        """The round of the public model the parameters hold (the one being trained)."""
+        return self._native.round
+
+    @property
+    def done(self):
+        return self._native.done
+
+    @property
+    def inner_steps(self):
+        return self.config["inner_steps"]
+
+    @property
+    def checksum(self):
+        """xxh64 of the public model this worker holds: the server's, bit for bit."""
+        return self._native.checksum
+
+    def parameter_groups(self):
+        """The model's parameters as optimizer groups by the run's rule (--adamw_params):
+        [{"params": [...], "group": "muon" | "adamw" | "adamw_no_decay", "weight_decay": ...}],
+        for torch.optim.AdamW (or Muon for the "muon" group) with the run's settings."""
+        groups = {}
+        for (name, _, group), p in zip(self.layout, self._order):
+            groups.setdefault(group, []).append(p)
+        decay = {"muon": self.config["muon_weight_decay"], "adamw": self.config["weight_decay"], "adamw_no_decay": 0.0}
+        return [{"params": ps, "group": g, "weight_decay": decay[g]} for g, ps in groups.items()]
+
+    def sync(self, loss=0.0, tokens=0, steps=None, train_seconds=0.0):
+        """Ends the round: pushes θ_pub − θ, waits for the round to close and writes the new
+        public model into the parameters. Returns {"round", "applied", "done", "contributors",
+        "checksum"}; "applied" False: the round's work was dropped (the push came too late, or
+        the worker was resynced) and the parameters hold the server's model."""
+        steps = self.inner_steps if steps is None else steps
+        return self._exchange(lambda buffers: self._native.sync(buffers, float(loss), int(tokens), int(steps),
+                                                                float(train_seconds)))
+
+    def save_final(self, path):
+        """The parameters as raw little-endian float32 in the run's order: muloco-server
+        --save_final's format, so the two files compare byte for byte."""
+        with torch.no_grad():
+            np.concatenate([p.detach().to("cpu", torch.float32).numpy().ravel() for p in self._order]) \
+                .astype("<f4").tofile(path)
+
+    def leave(self):
+        if not self._left:
+            self._left = True
+            self._native.leave()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.leave()
+
+    def _on_sigterm(self, signum, frame):
+        self.leave()
+        sys.exit(0)
+
+    def _exchange(self, call):
+        """Runs `call` on one float32 buffer per tensor (in the run's order): views of CPU
+        float32 contiguous parameters, host copies of the others (written back after)."""
+        buffers, copies = [], []
+        with torch.no_grad():
+            for p in self._order:
+                if p.device.type == "cpu" and p.dtype == torch.float32 and p.is_contiguous():
+                    buffers.append(p.detach().numpy())
+                else:
+                    host = np.ascontiguousarray(p.detach().to("cpu", torch.float32).numpy())
+                    buffers.append(host)
+                    copies.append((p, host))
+            result = call(buffers)
+            for p, host in copies:
+                p.copy_(torch.from_numpy(host).reshape(p.shape))
+        return result

@@ -1,0 +1,71 @@
+"""Python workers (the muloco package) training a model defined in plain PyTorch that is not
+the built-in GPT (examples/train_llama.py: RMSNorm, rotary positions, SwiGLU), started from
+--init_model, against a real server: every worker ends with the server's model bit for bit,
+validation loss falls, the export holds the user's tensor names; a model that differs is
+refused at Join with the tensor named."""
+import os
+import re
+import subprocess
+import sys
+import unittest
+
+from harness import BUILD, ClusterTest, Proc
+from muloco import safetensors
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+EXAMPLE = os.path.join(ROOT, "examples", "train_llama.py")
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(BUILD, "python"), os.environ.get("PYTHONPATH", "")]))
+
+
+class PythonWorker(ClusterTest):
+    def example(self, *args, name):
+        p = Proc([sys.executable, EXAMPLE, *args], self.path(f"{name}.log"), env=ENV)
+        self.procs.append(p)
+        return p
+
+    def test_two_python_workers_train_their_own_model(self):
+        init = self.path("init.safetensors")
+        w = self.example(f"--write_init={init}", name="init")
+        self.assertEqual(w.wait(timeout=60), 0, w.text())
+        server, addr = self.start_server(f"--init_model={init}", "--preset=muloco-2bit", "--rounds=4",
+                                         "--inner_steps=10", "--warmup_steps=5", "--inner_lr=1e-2", "--min_quorum=2",
+                                         f"--save_final={self.path('server.bin')}",
+                                         f"--export={self.path('out.safetensors')}")
+        workers = [self.example(f"--server={addr}", "--insecure", f"--seed={k + 1}", f"--name=py{k}",
+                                f"--save_final={self.path(f'w{k}.bin')}", name=f"py{k}") for k in range(2)]
+        for w in workers:
+            self.assertEqual(w.wait(timeout=300), 0, w.text())
+        self.assertEqual(server.wait(timeout=60), 0, server.text())
+        final = self.read_bytes("server.bin")
+        self.assertGreater(len(final), 0)
+        for k, w in enumerate(workers):
+            self.assertEqual(self.read_bytes(f"w{k}.bin"), final, f"python worker {k} differs from the server")
+            rounds = re.findall(r"round (\d+) train_loss [\d.]+ val_loss ([\d.]+) applied True contributors 2",
+                                w.text())
+            self.assertEqual([int(r) for r, _ in rounds], [0, 1, 2, 3], w.text())
+            losses = [float(v) for _, v in rounds]
+            self.assertLess(losses[-1], losses[0] - 0.3, f"validation loss did not fall: {losses}")
+        checksums = {re.search(r"final checksum ([0-9a-f]+)", w.text()).group(1) for w in workers}
+        self.assertEqual(len(checksums), 1)
+        self.assertIn(f"checksum {checksums.pop()}", server.text())
+        tensors, meta = safetensors.read(self.path("out.safetensors"))
+        self.assertIn("model.layers.0.self_attn.q_proj.weight", tensors)
+        self.assertIn("lm_head.weight", tensors)
+        self.assertEqual(meta["format"], "muloco")
+
+    def test_a_model_that_differs_is_refused_naming_the_tensor(self):
+        init = self.path("init.safetensors")
+        w = self.example(f"--write_init={init}", name="init")
+        self.assertEqual(w.wait(timeout=60), 0, w.text())
+        _, addr = self.start_server(f"--init_model={init}", "--rounds=2")
+        code = ("import sys; sys.path.insert(0, %r); import train_llama, muloco\n"
+                "m = train_llama.Llama(d=48)\n"
+                "try:\n    muloco.Worker(m, %r, insecure=True, connect_timeout_s=5)\n"
+                "except RuntimeError as e:\n    print('refused:', e); sys.exit(3)\n") % (os.path.dirname(EXAMPLE), addr)
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=120)
+        self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+        self.assertIn("model.embed_tokens.weight: shape [256, 48] here, [256, 32] in the run", r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

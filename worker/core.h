@@ -1,0 +1,125 @@
+// The model-agnostic core of a worker: membership (Join with the worker's model, rejoin when
+// evicted), the public model's replica, the uplink with error feedback, one round's exchange
+// (push, wait, apply, resync on a recoverable failure), heartbeats with the worker's
+// counters, and Leave. It knows a model only as a layout and a flat fp32 buffer, so any
+// trainer drives it: muloco-worker's GPT (session.cc) and the Python package's user models
+// (python/). Status policy: see session.cc.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/model_layout.h"
+#include "common/periodic.h"
+#include "common/worker_stats.h"
+#include "muloco/v1/muloco.pb.h"
+#include "worker/replica.h"
+#include "worker/retry.h"
+#include "worker/transport.h"
+#include "worker/uplink.h"
+#include "worker/worker_options.h"
+
+namespace muloco {
+
+// A pushed round, for its counters and line once it closes.
+struct PushedRound {
+  uint64_t round = 0;
+  size_t payload_bytes = 0;
+  double train_loss = 0, train_s = 0;
+  uint32_t steps = 1;   // inner steps it trained
+  uint64_t tokens = 0;  // training tokens it processed
+};
+
+// What became of one round's push and wait (WorkerCore::Exchange).
+struct Exchanged {
+  enum Stage { kPush, kAwait, kApply };
+  absl::Status status;  // OK: the update was applied; the replica is at result.next_round
+  Stage stage = kPush;  // where it stopped when status is not OK
+  RoundResult result;
+};
+
+class WorkerCore {
+ public:
+  // `model`: the worker's own tensors (names and shapes), sent at Join and checked by the
+  // server; empty: the worker trains the run's built-in GPT, which must then be the run's
+  // model. `transport` must outlive the core.
+  WorkerCore(const WorkerOptions& o, Transport* transport, std::string token, ParamLayout model = {});
+  ~WorkerCore();
+
+  // Joins (retrying unavailable servers for timeout_s) and takes the run's configuration and
+  // layout; a rejoin must find the same configuration.
+  absl::Status Join(double timeout_s);
+  // Fetches the public model; joins again first if the server no longer knows this worker.
+  absl::Status Resync();
+  // After the first Join: the uplink for the run's codec and heartbeats every heartbeat_s.
+  absl::Status Begin();
+  // One round's push and wait: Push (ALREADY_EXISTS: an earlier try got through), commit
+  // the uplink's error feedback, AwaitRound (both retried), apply the update to the replica.
+  // Touches only the transport, the uplink and the replica (safe beside training).
+  Exchanged Exchange(uint64_t round, const std::string& payload, float train_loss);
+  // Acts on an exchange's outcome: counts and logs the closed round (true); after a
+  // recoverable failure resyncs (false); anything else is returned.
+  absl::StatusOr<bool> Settle(const Exchanged& x, const PushedRound& p, double wait_s);
+  // Stops heartbeats and leaves the run (errors logged, not returned).
+  void Leave();
+
+  bool Stopping() const { return o_.stop_signal != nullptr && o_.stop_signal->load() != 0; }
+  // Sleeps s seconds, or less when a stop signal comes. Returns !Stopping().
+  bool Nap(double s);
+  // muloco::Retry (worker/retry.h), napping through Nap so a stop signal ends it.
+  template <typename F>
+  auto Retry(F fn, double timeout_s) -> decltype(fn()) {
+    return muloco::Retry(fn, timeout_s, [this](double s) { return Nap(s); }, tag_.c_str());
+  }
+  // Changes the counters that heartbeats and /metrics report.
+  template <typename F>
+  void Count(F change) {
+    absl::MutexLock lock(&stats_mu_);
+    change(stats_);
+  }
+  WorkerStats Stats() const {
+    absl::MutexLock lock(&stats_mu_);
+    return stats_;
+  }
+
+  const WorkerOptions& options() const { return o_; }
+  Transport& transport() { return client_; }
+  const std::string& tag() const { return tag_; }
+  uint64_t id() const { return id_.load(); }
+  uint64_t join_index() const { return join_index_; }  // of the first join: seeds the data order
+  const v1::RunConfig& config() const { return config_; }
+  const ParamLayout& layout() const { return layout_; }  // the run's, with the server's groups
+  size_t num_params() const { return n_; }
+  uint64_t joined_round() const { return joined_round_; }
+  uint64_t joined_checksum() const { return joined_checksum_; }
+  Replica& pub() { return pub_; }
+  Uplink& uplink() { return *uplink_; }
+  double wait_seconds() const { return wait_seconds_; }
+
+ private:
+  const WorkerOptions& o_;
+  Transport& client_;
+  const std::string token_;
+  const ParamLayout model_;
+  std::string name_, tag_;  // tag_: "worker NAME", prefixes every log line
+  std::atomic<uint64_t> id_{0};
+  uint64_t join_index_ = 0;
+  v1::RunConfig config_;
+  ParamLayout layout_;
+  size_t n_ = 0;
+  uint64_t joined_round_ = 0, joined_checksum_ = 0;  // the last Join's open round and θ_pub checksum
+  Replica pub_;
+  std::unique_ptr<Uplink> uplink_;
+  std::unique_ptr<PeriodicThread> heartbeat_;
+  double wait_seconds_ = 0;  // waited for the server (push, aggregation, downlink), in all
+  mutable absl::Mutex stats_mu_;
+  WorkerStats stats_ ABSL_GUARDED_BY(stats_mu_);
+};
+
+}  // namespace muloco
