@@ -156,18 +156,12 @@ def main():
         c = worker.config
         opt = torch.optim.AdamW(worker.parameter_groups(), lr=c["inner_lr"], betas=(c["beta1"], c["beta2"]),
                                 eps=c["adam_eps"])
-        total = c["rounds"] * c["inner_steps"]
         print(f"joined at round {worker.round}: {sum(p.numel() for p in model.parameters())} parameters", flush=True)
         while not worker.done:
             start, losses = time.time(), []
             for i in range(worker.inner_steps):
-                step = worker.round * worker.inner_steps + i
-                warm = c["warmup_steps"]
-                progress = min(1.0, max(0, step - warm) / max(1, total - warm))
-                factor = (step + 1) / warm if step < warm else \
-                    c["inner_min_lr_ratio"] + 0.5 * (1 - c["inner_min_lr_ratio"]) * (1 + math.cos(math.pi * progress))
                 for g in opt.param_groups:
-                    g["lr"] = c["inner_lr"] * factor
+                    g["lr"] = c["inner_lr"] * worker.lr_factor(worker.round * worker.inner_steps + i)
                 loss = model(*batch(train, args.batch_size, args.context, gen))
                 opt.zero_grad()
                 loss.backward()

@@ -156,6 +156,9 @@ class PyWorker {
     core_->Leave();
   }
 
+  // The inner learning-rate schedule's factor at global inner step `step` (warmup, then
+  // cosine to the floor): muloco-worker's, so a Python loop can follow the run's schedule.
+  double LrFactor(uint64_t step) const { return LearningRateFactor(core_->config(), step); }
   uint64_t Round() const { return core_->pub().round(); }
   uint64_t Checksum() const { return core_->pub().checksum(); }
   uint64_t Id() const { return core_->id(); }
@@ -201,6 +204,7 @@ PYBIND11_MODULE(_muloco, m) {
       .def("sync", &PyWorker::Sync, py::arg("buffers"), py::arg("train_loss") = 0.0, py::arg("tokens") = 0,
            py::arg("steps") = 1, py::arg("train_seconds") = 0.0)
       .def("leave", &PyWorker::Leave)
+      .def("lr_factor", &PyWorker::LrFactor, py::arg("step"))
       .def_property_readonly("round", &PyWorker::Round)
       .def_property_readonly("checksum", &PyWorker::Checksum)
       .def_property_readonly("id", &PyWorker::Id)

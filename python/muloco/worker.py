@@ -68,6 +68,12 @@ class Worker:
         """xxh64 of the public model this worker holds: the server's, bit for bit."""
         return self._native.checksum
 
+    def lr_factor(self, step):
+        """The run's inner learning-rate schedule at global inner step `step` (round * H + i):
+        linear warmup, then cosine to the floor, as muloco-worker follows it. Multiply the
+        peak (config["inner_lr"], or config["muon_lr"]) by it."""
+        return self._native.lr_factor(int(step))
+
     def parameter_groups(self):
         """The model's parameters as optimizer groups by the run's rule (--adamw_params):
         [{"params": [...], "group": "muon" | "adamw" | "adamw_no_decay", "weight_decay": ...}],

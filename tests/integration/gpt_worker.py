@@ -1,0 +1,79 @@
+#!/usr/bin/python3
+"""A Python worker (the muloco package) for muloco's built-in GPT, to run beside C++ workers:
+the parameters under the layout's names (common/model_layout.cc), the forward pass of
+tests/reference/torch_reference.py, torch's AdamW with the run's settings and schedule, batches
+of the fortunes bytes (examples/train_llama.py's sampling).
+
+    gpt_worker.py --server=HOST:PORT --n_layer=1 --n_head=2 --d_model=32 --context=32 --save_final=F"""
+import argparse
+import os
+import sys
+
+import torch
+
+import muloco
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
+from torch_reference import gpt_loss  # noqa: E402
+from train_llama import batch, load_bytes  # noqa: E402
+
+
+class Gpt:
+    """The GPT's tensors by name (values come from the server at Join)."""
+
+    def __init__(self, vocab, n_layer, d, context):
+        shapes = [("wte", (vocab, d)), ("wpe", (context, d))]
+        for i in range(n_layer):
+            h = f"h.{i}."
+            shapes += [(h + "ln1.weight", (d,)), (h + "ln1.bias", (d,)), (h + "attn.qkv.weight", (3 * d, d)),
+                       (h + "attn.proj.weight", (d, d)), (h + "ln2.weight", (d,)), (h + "ln2.bias", (d,)),
+                       (h + "mlp.fc.weight", (4 * d, d)), (h + "mlp.proj.weight", (d, 4 * d))]
+        shapes += [("ln_f.weight", (d,)), ("ln_f.bias", (d,)), ("lm_head.weight", (vocab, d))]
+        self.P = {name: torch.nn.Parameter(torch.zeros(shape)) for name, shape in shapes}
+
+    def named_parameters(self):
+        return self.P.items()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--server", required=True)
+    ap.add_argument("--n_layer", type=int, default=1)
+    ap.add_argument("--n_head", type=int, default=2)
+    ap.add_argument("--d_model", type=int, default=32)
+    ap.add_argument("--context", type=int, default=32)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--save_final")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    model = Gpt(256, args.n_layer, args.d_model, args.context)
+    cfg = {"d_model": args.d_model, "n_head": args.n_head, "n_layer": args.n_layer}
+    data = load_bytes("/usr/share/games/fortunes")
+    gen = torch.Generator().manual_seed(args.seed)
+    with muloco.Worker(model, args.server, name="py", insecure=True) as worker:
+        c = worker.config
+        opt = torch.optim.AdamW(worker.parameter_groups(), lr=c["inner_lr"], betas=(c["beta1"], c["beta2"]),
+                                eps=c["adam_eps"])
+        while not worker.done:
+            losses = []
+            for i in range(worker.inner_steps):
+                for g in opt.param_groups:
+                    g["lr"] = c["inner_lr"] * worker.lr_factor(worker.round * worker.inner_steps + i)
+                x, y = batch(data, c["batch_size"], args.context, gen)
+                loss = gpt_loss(model.P, cfg, torch.cat([x, y[:, -1:]], dim=1))
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(list(model.P.values()), c["grad_clip"])
+                opt.step()
+                losses.append(loss.item())
+            out = worker.sync(loss=sum(losses) / len(losses), tokens=worker.inner_steps * c["batch_size"] * args.context)
+            print(f"round {out['round'] - 1} train_loss {sum(losses) / len(losses):.4f} applied {out['applied']}",
+                  flush=True)
+        if args.save_final:
+            worker.save_final(args.save_final)
+
+
+if __name__ == "__main__":
+    main()
