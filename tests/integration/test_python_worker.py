@@ -55,7 +55,7 @@ class PythonWorker(ClusterTest):
         init = self.path("init.safetensors")
         w = self.example(f"--write_init={init}", name="init")
         self.assertEqual(w.wait(timeout=60), 0, w.text())
-        server, addr = self.start_server(f"--init_model={init}", "--preset=muloco-2bit", "--rounds=4",
+        server, addr = self.start_server(f"--init_model={init}", "--preset=muloco-2bit", "--rounds=10",
                                          "--inner_steps=10", "--warmup_steps=5", "--inner_lr=1e-2", "--min_quorum=2",
                                          f"--save_final={self.path('server.bin')}",
                                          f"--export={self.path('out.safetensors')}")
@@ -70,7 +70,7 @@ class PythonWorker(ClusterTest):
             self.assertEqual(self.read_bytes(f"w{k}.bin"), final, f"python worker {k} differs from the server")
             rounds = re.findall(r"round (\d+) train_loss [\d.]+ val_loss ([\d.]+) applied True contributors 2",
                                 w.text())
-            self.assertEqual([int(r) for r, _ in rounds], [0, 1, 2, 3], w.text())
+            self.assertEqual([int(r) for r, _ in rounds], list(range(10)), w.text())
             losses = [float(v) for _, v in rounds]
             self.assertLess(losses[-1], losses[0] - 0.3, f"validation loss did not fall: {losses}")
         checksums = {re.search(r"final checksum ([0-9a-f]+)", w.text()).group(1) for w in workers}
