@@ -4,6 +4,7 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -237,6 +238,11 @@ absl::StatusOr<RunKinds> ParseKinds(const v1::RunConfig& c) {
   if (c.muon_scale() == "adamw") k.muon_scale = MuonScale::kMatchAdamW;
   else if (c.muon_scale() != "shape") return bad("muon_scale must be shape or adamw");
   return k;
+}
+
+double MuonShapeScale(int64_t rows, int64_t cols, MuonScale rule) {
+  if (rule == MuonScale::kShape) return std::sqrt(std::max(1.0, static_cast<double>(rows) / cols));
+  return 0.2 * std::sqrt(static_cast<double>(std::max(rows, cols)));
 }
 
 RunKinds KindsOf(const v1::RunConfig& c) {

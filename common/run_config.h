@@ -53,6 +53,10 @@ enum class MuonScale {
   kShape,       // sqrt(max(1, rows / cols)) (Keller Jordan)
   kMatchAdamW,  // 0.2 * sqrt(max(rows, cols)): update RMS like AdamW's (Moonlight)
 };
+// The scale Muon applies to a rows x cols update under `rule` (worker/muon.h, and the
+// Python package's Muon).
+double MuonShapeScale(int64_t rows, int64_t cols, MuonScale rule);
+
 struct RunKinds {
   RunMode mode = RunMode::kDiloco;
   InnerOptimizer inner = InnerOptimizer::kAdamW;

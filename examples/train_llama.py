@@ -153,20 +153,19 @@ def main():
     gen = torch.Generator().manual_seed(args.seed)
     with muloco.Worker(model, args.server, name=args.name, insecure=args.insecure, token_file=args.token_file,
                        tls_ca=args.tls_ca) as worker:
-        c = worker.config
-        opt = torch.optim.AdamW(worker.parameter_groups(), lr=c["inner_lr"], betas=(c["beta1"], c["beta2"]),
-                                eps=c["adam_eps"])
+        optimizers = worker.optimizers()  # the run's: Muon for the hidden matrices (muloco presets), AdamW
         print(f"joined at round {worker.round}: {sum(p.numel() for p in model.parameters())} parameters", flush=True)
         while not worker.done:
             start, losses = time.time(), []
             for i in range(worker.inner_steps):
-                for g in opt.param_groups:
-                    g["lr"] = c["inner_lr"] * worker.lr_factor(worker.round * worker.inner_steps + i)
+                worker.set_lr(worker.round * worker.inner_steps + i)
                 loss = model(*batch(train, args.batch_size, args.context, gen))
-                opt.zero_grad()
+                for opt in optimizers:
+                    opt.zero_grad()
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), c["grad_clip"])
-                opt.step()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), worker.config["grad_clip"])
+                for opt in optimizers:
+                    opt.step()
                 losses.append(loss.item())
             r = worker.round
             out = worker.sync(loss=sum(losses) / len(losses), tokens=worker.inner_steps * args.batch_size * args.context,

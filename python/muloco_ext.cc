@@ -19,6 +19,7 @@
 #include "common/file_io.h"
 #include "common/run_config.h"
 #include "common/run_config_fields.h"
+#include "kernels/newton_schulz.h"
 #include "worker/client.h"
 #include "worker/core.h"
 
@@ -186,9 +187,32 @@ class PyWorker {
 }  // namespace
 }  // namespace muloco
 
+namespace muloco {
+namespace {
+
+// m (a 2-D float32 buffer) <- NS_steps(m / ||m||_F) * Muon's shape scale under `scale`
+// ("shape" or "adamw"): the orthogonalized update of worker/muon.cc, by the project's CPU
+// Newton-Schulz (kernels/newton_schulz.h).
+void Orthogonalize(const py::buffer& m, int steps, const std::string& scale) {
+  const py::buffer_info b = m.request(/*writable=*/true);
+  if (b.ndim != 2 || b.format != py::format_descriptor<float>::format() || b.strides[1] != 4 ||
+      b.strides[0] != 4 * b.shape[1]) {
+    throw std::invalid_argument("orthogonalize: a contiguous 2-D float32 buffer");
+  }
+  if (scale != "shape" && scale != "adamw") throw std::invalid_argument("orthogonalize: scale is shape or adamw");
+  const auto rows = static_cast<size_t>(b.shape[0]), cols = static_cast<size_t>(b.shape[1]);
+  const double s = MuonShapeScale(b.shape[0], b.shape[1], scale == "shape" ? MuonScale::kShape : MuonScale::kMatchAdamW);
+  py::gil_scoped_release free;
+  kernels::cpu::NewtonSchulz(static_cast<float*>(b.ptr), rows, cols, steps, static_cast<float>(s));
+}
+
+}  // namespace
+}  // namespace muloco
+
 PYBIND11_MODULE(_muloco, m) {
   using muloco::PyWorker;
   m.doc() = "muloco's worker core for Python (see python/muloco/__init__.py)";
+  m.def("orthogonalize", &muloco::Orthogonalize, py::arg("m"), py::arg("steps") = 5, py::arg("scale") = "shape");
   py::class_<PyWorker>(m, "Worker")
       .def(py::init<const std::string&, const std::vector<std::pair<std::string, std::vector<int64_t>>>&,
                     const std::string&, std::string, bool, const std::string&, const std::string&, const std::string&,

@@ -60,11 +60,6 @@ torch::Tensor NewtonSchulz(const torch::Tensor& g, int steps, const std::array<d
   return x.to(g.scalar_type());
 }
 
-double MuonShapeScale(int64_t rows, int64_t cols, MuonScale rule) {
-  if (rule == MuonScale::kShape) return std::sqrt(std::max(1.0, static_cast<double>(rows) / cols));
-  return 0.2 * std::sqrt(static_cast<double>(std::max(rows, cols)));
-}
-
 Muon::Muon(std::vector<torch::Tensor> params, MuonOptions options) : params_(std::move(params)), options_(options) {
   for (const torch::Tensor& p : params_) {
     TORCH_CHECK(p.dim() == 2, "Muon takes 2-D parameters only");

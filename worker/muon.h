@@ -31,8 +31,6 @@ struct MuonOptions {
 // for a non-finite matrix or where that fails.
 torch::Tensor NewtonSchulz(const torch::Tensor& g, int steps, const std::array<double, 3>& coeffs);
 
-// The scale applied to a rows x cols update under `rule`.
-double MuonShapeScale(int64_t rows, int64_t cols, MuonScale rule);
 
 class Muon {
  public:

@@ -18,13 +18,15 @@ Python side: CPU float32 parameters are handed over as views."""
 
 import importlib
 
-__all__ = ["Worker", "save_initial"]
+__all__ = ["Worker", "save_initial", "Muon"]
 
 
 def __getattr__(name):
     """Worker and save_initial load PyTorch and the native module on first use, so that
     `import muloco.v1.muloco_pb2` (the protocol's messages, beside this package) and
     `from muloco import safetensors` stay light."""
+    if name == "Muon":
+        return importlib.import_module("muloco.muon").Muon
     if name in __all__:
         return getattr(importlib.import_module("muloco.worker"), name)
     raise AttributeError(f"module 'muloco' has no attribute {name!r}")

@@ -74,6 +74,32 @@ class Worker:
         peak (config["inner_lr"], or config["muon_lr"]) by it."""
         return self._native.lr_factor(int(step))
 
+    def optimizers(self):
+        """The run's inner optimizers for the model, with its settings: muloco.Muon for the
+        "muon" group when the run's inner optimizer is muon (muon_lr, muon_momentum, ns_steps,
+        muon_scale, muon_weight_decay), AdamW for the rest (inner_lr, betas, adam_eps, weight
+        decays). Call set_lr(step) before each step, and step each of them."""
+        from .muon import Muon
+        c, groups = self.config, self.parameter_groups()
+        adam = [g for g in groups if c["inner_optimizer"] != "muon" or g["group"] != "muon"]
+        out = [torch.optim.AdamW(adam, lr=c["inner_lr"], betas=(c["beta1"], c["beta2"]), eps=c["adam_eps"])]
+        muon = [g for g in groups if c["inner_optimizer"] == "muon" and g["group"] == "muon"]
+        if muon:
+            out.append(Muon(muon[0]["params"], lr=c["muon_lr"], momentum=c["muon_momentum"], ns_steps=c["ns_steps"],
+                            weight_decay=c["muon_weight_decay"], scale=c["muon_scale"]))
+        self._optimizers = out
+        return out
+
+    def set_lr(self, step):
+        """Sets the learning rates of optimizers() to the run's schedule at global inner step
+        `step` (round * H + i): the peak (inner_lr, or muon_lr for Muon) times lr_factor(step)."""
+        from .muon import Muon
+        factor = self.lr_factor(step)
+        for opt in getattr(self, "_optimizers", []):
+            peak = self.config["muon_lr"] if isinstance(opt, Muon) else self.config["inner_lr"]
+            for g in opt.param_groups:
+                g["lr"] = peak * factor
+
     def parameter_groups(self):
         """The model's parameters as optimizer groups by the run's rule (--adamw_params):
         [{"params": [...], "group": "muon" | "adamw" | "adamw_no_decay", "weight_decay": ...}],
