@@ -18,7 +18,7 @@ Python side: CPU float32 parameters are handed over as views."""
 
 import importlib
 
-__all__ = ["Worker", "save_initial", "Muon"]
+__all__ = ["Worker", "save_initial", "Muon", "SiteWorker"]
 
 
 def __getattr__(name):
@@ -27,6 +27,8 @@ def __getattr__(name):
     `from muloco import safetensors` stay light."""
     if name == "Muon":
         return importlib.import_module("muloco.muon").Muon
+    if name == "SiteWorker":
+        return importlib.import_module("muloco.site").SiteWorker
     if name in __all__:
         return getattr(importlib.import_module("muloco.worker"), name)
     raise AttributeError(f"module 'muloco' has no attribute {name!r}")

@@ -2,14 +2,19 @@
 """A Python worker (the muloco package) for muloco's built-in GPT, to run beside C++ workers:
 the parameters under the layout's names (common/model_layout.cc), the forward pass of
 tests/reference/torch_reference.py, torch's AdamW with the run's settings and schedule, batches
-of the fortunes bytes (examples/train_llama.py's sampling).
+of the fortunes bytes (examples/train_llama.py's sampling). Under torchrun the ranks are one
+site (muloco.SiteWorker, gloo): each samples its own batches, gradients are averaged over the
+ranks, and each rank prints the checksum of the model it holds after every round.
 
-    gpt_worker.py --server=HOST:PORT --n_layer=1 --n_head=2 --d_model=32 --context=32 --save_final=F"""
+    gpt_worker.py --server=HOST:PORT --save_final=F
+    python3 -m torch.distributed.run --nproc_per_node=2 gpt_worker.py --server=HOST:PORT"""
 import argparse
 import os
 import sys
 
 import torch
+import torch.distributed as dist
+import xxhash
 
 import muloco
 
@@ -37,6 +42,12 @@ class Gpt:
         return self.P.items()
 
 
+def checksum(model):
+    """ParamChecksum (codec/checksum.h): xxh64 of the fp32 parameters in layout order."""
+    flat = torch.cat([p.detach().reshape(-1) for p in model.P.values()]).numpy().tobytes()
+    return xxhash.xxh64_intdigest(flat, seed=0x6D756C6F636F)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--server", required=True)
@@ -51,11 +62,18 @@ def main():
     model = Gpt(256, args.n_layer, args.d_model, args.context)
     cfg = {"d_model": args.d_model, "n_head": args.n_head, "n_layer": args.n_layer}
     data = load_bytes("/usr/share/games/fortunes")
-    gen = torch.Generator().manual_seed(args.seed)
-    with muloco.Worker(model, args.server, name="py", insecure=True) as worker:
+    site = "RANK" in os.environ
+    rank = 0
+    if site:
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+    gen = torch.Generator().manual_seed(args.seed + 1000 * rank)
+    join = muloco.SiteWorker if site else muloco.Worker
+    with join(model, args.server, name="py", insecure=True) as worker:
         c = worker.config
-        opt = torch.optim.AdamW(worker.parameter_groups(), lr=c["inner_lr"], betas=(c["beta1"], c["beta2"]),
-                                eps=c["adam_eps"])
+        groups = [{"params": [model.P[n] for n, _ in model.named_parameters() if (len(model.P[n].shape) >= 2) == decay],
+                   "weight_decay": c["weight_decay"] if decay else 0.0} for decay in (True, False)]
+        opt = torch.optim.AdamW(groups, lr=c["inner_lr"], betas=(c["beta1"], c["beta2"]), eps=c["adam_eps"])
         while not worker.done:
             losses = []
             for i in range(worker.inner_steps):
@@ -65,14 +83,22 @@ def main():
                 loss = gpt_loss(model.P, cfg, torch.cat([x, y[:, -1:]], dim=1))
                 opt.zero_grad()
                 loss.backward()
+                if site:  # data parallelism inside the site: the ranks' mean gradient
+                    for p in model.P.values():
+                        dist.all_reduce(p.grad)
+                        p.grad /= dist.get_world_size()
                 torch.nn.utils.clip_grad_norm_(list(model.P.values()), c["grad_clip"])
                 opt.step()
                 losses.append(loss.item())
             out = worker.sync(loss=sum(losses) / len(losses), tokens=worker.inner_steps * c["batch_size"] * args.context)
-            print(f"round {out['round'] - 1} train_loss {sum(losses) / len(losses):.4f} applied {out['applied']}",
-                  flush=True)
+            print(f"rank {rank} round {out['round'] - 1} train_loss {sum(losses) / len(losses):.4f} "
+                  f"applied {out['applied']} checksum {checksum(model):016x}", flush=True)
         if args.save_final:
-            worker.save_final(args.save_final)
+            torch.cat([p.detach().reshape(-1) for p in model.P.values()]).numpy().astype("<f4").tofile(
+                f"{args.save_final}.{rank}" if site else args.save_final)
+    if site:
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
