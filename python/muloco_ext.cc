@@ -14,9 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "codec/codec.h"
-#include "common/file_io.h"
 #include "common/run_config.h"
 #include "common/run_config_fields.h"
 #include "kernels/newton_schulz.h"
@@ -63,7 +61,8 @@ const char* GroupName(ParamGroup g) {
 class PyWorker {
  public:
   PyWorker(const std::string& server, const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors,
-           const std::string& name, std::string token, bool insecure, const std::string& tls_ca,
+           const std::string& name, std::string token, const std::string& token_file, bool insecure,
+           const std::string& tls_ca,
            const std::string& tls_cert, const std::string& tls_key, const std::string& tls_server_name,
            double heartbeat_s, double connect_timeout_s, double retry_timeout_s) {
     o_.server = server;
@@ -73,16 +72,18 @@ class PyWorker {
     o_.heartbeat_s = heartbeat_s;
     o_.connect_timeout_s = connect_timeout_s;
     o_.retry_timeout_s = retry_timeout_s;
+    if (!token_file.empty()) {
+      absl::StatusOr<std::string> read = ReadJoinToken(token_file);
+      if (!read.ok()) throw std::invalid_argument(std::string(read.status().message()));
+      token = *std::move(read);
+    }
     ParamLayout model;
     for (const auto& [n, shape] : tensors) model.push_back(ParamInfo{n, shape});
     PlaceTensors(&model);
     if (absl::Status s = ValidateLayout(model); !s.ok()) Raise(s);
     absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = MakeChannelCredentials(o_.tls);
     if (!creds.ok()) Raise(creds.status());
-    ClientOptions c;
-    c.tls_server_name = tls_server_name;
-    c.heartbeat_timeout_s = std::min(10.0, heartbeat_s);
-    client_ = std::make_unique<ServerClient>(server, *std::move(creds), c);
+    client_ = std::make_unique<ServerClient>(server, *std::move(creds), ClientOptionsFor(o_));
     core_ = std::make_unique<WorkerCore>(o_, client_.get(), std::move(token), std::move(model));
   }
 
@@ -123,9 +124,9 @@ class PyWorker {
   py::dict Sync(const Buffers& buffers, double train_loss, uint64_t tokens, uint32_t steps, double train_seconds) {
     Gather(buffers);
     const std::vector<float>& pub = core_->pub().params();
-    for (size_t i = 0; i < delta_.size(); ++i) delta_[i] = pub[i] - delta_[i];
-    for (float v : delta_) {
-      if (!(std::abs(v) <= kMaxAbsValue)) {
+    for (size_t i = 0; i < delta_.size(); ++i) {
+      delta_[i] = pub[i] - delta_[i];
+      if (!(std::abs(delta_[i]) <= kMaxAbsValue)) {
         throw std::runtime_error("the update is non-finite or out of range: lower the learning rate");
       }
     }
@@ -215,9 +216,9 @@ PYBIND11_MODULE(_muloco, m) {
   m.def("orthogonalize", &muloco::Orthogonalize, py::arg("m"), py::arg("steps") = 5, py::arg("scale") = "shape");
   py::class_<PyWorker>(m, "Worker")
       .def(py::init<const std::string&, const std::vector<std::pair<std::string, std::vector<int64_t>>>&,
-                    const std::string&, std::string, bool, const std::string&, const std::string&, const std::string&,
-                    const std::string&, double, double, double>(),
-           py::arg("server"), py::arg("tensors"), py::arg("name") = "", py::arg("token") = "",
+                    const std::string&, std::string, const std::string&, bool, const std::string&, const std::string&,
+                    const std::string&, const std::string&, double, double, double>(),
+           py::arg("server"), py::arg("tensors"), py::arg("name") = "", py::arg("token") = "", py::arg("token_file") = "",
            py::arg("insecure") = false, py::arg("tls_ca") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "",
            py::arg("tls_server_name") = "", py::arg("heartbeat_s") = 5.0, py::arg("connect_timeout_s") = 60.0,
            py::arg("retry_timeout_s") = 600.0)

@@ -186,24 +186,24 @@ absl::Status FreshModel(const ServerOptions& o, RunStart* start) {
 // GPT), which --adamw_params may not change.
 absl::Status ResumedModel(const ServerOptions& o, ServerState* resumed, RunStart* start) {
   const ParamLayout gpt = GptLayout(start->config.model());
-  if (resumed->layout.tensors_size() == 0) {
+  if (resumed->layout.tensors_size() == 0) {  // an older checkpoint: the config's GPT, grouped by the rule
     start->layout = gpt;
+    if (absl::Status s = AssignGroups(o.adamw_params, &start->layout); !s.ok()) return s;
   } else {
     absl::StatusOr<ParamLayout> layout = LayoutFromProto(resumed->layout);
     if (!layout.ok()) return absl::DataLossError(absl::StrCat("checkpoint: ", layout.status().message()));
     start->layout = *std::move(layout);
-  }
-  start->builtin = LayoutDifference(gpt, start->layout).empty();
-  ParamLayout regrouped = start->layout;
-  if (absl::Status s = AssignGroups(o.adamw_params, &regrouped); !s.ok()) return s;
-  for (size_t i = 0; i < regrouped.size() && resumed->layout.tensors_size() > 0; ++i) {
-    if (regrouped[i].group != start->layout[i].group) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--checkpoint_dir=", o.checkpoint_dir, ": --adamw_params puts tensor ", regrouped[i].name,
-          " in another optimizer group than the checkpoint's run did; restart with that run's --adamw_params"));
+    ParamLayout regrouped = start->layout;
+    if (absl::Status s = AssignGroups(o.adamw_params, &regrouped); !s.ok()) return s;
+    for (size_t i = 0; i < regrouped.size(); ++i) {
+      if (regrouped[i].group != start->layout[i].group) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--checkpoint_dir=", o.checkpoint_dir, ": --adamw_params puts tensor ", regrouped[i].name,
+            " in another optimizer group than the checkpoint's run did; restart with that run's --adamw_params"));
+      }
     }
   }
-  if (resumed->layout.tensors_size() == 0) start->layout = std::move(regrouped);
+  start->builtin = LayoutDifference(gpt, start->layout).empty();
   const size_t n = TotalParams(start->layout);
   if (resumed->theta_pub.size() != n) {
     return absl::DataLossError(absl::StrCat("checkpoint holds ", resumed->theta_pub.size(),

@@ -11,8 +11,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "codec/checksum.h"
+#include "common/file_io.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "worker/retry.h"
@@ -349,6 +351,23 @@ absl::Status ServerClient::Heartbeat(uint64_t worker_id, const v1::WorkerReport&
 
 absl::Status ServerClient::Leave(uint64_t worker_id) {
   return ShortCall<v1::LeaveRequest, v1::LeaveReply>(&v1::Muloco::Stub::Leave, worker_id, 10);
+}
+
+ClientOptions ClientOptionsFor(const WorkerOptions& o) {
+  ClientOptions c;
+  c.tls_server_name = o.tls_server_name;
+  c.stall_timeout_s = o.stall_timeout_s;
+  c.chunk_bytes = o.chunk_bytes;
+  c.heartbeat_timeout_s = std::min(10.0, o.heartbeat_s);
+  return c;
+}
+
+absl::StatusOr<std::string> ReadJoinToken(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  std::string token;
+  if (text.ok()) token = std::string(absl::StripAsciiWhitespace(text->substr(0, text->find('\n'))));
+  if (token.empty()) return absl::InvalidArgumentError(absl::StrCat("token_file=", path, ": cannot read a token there"));
+  return token;
 }
 
 }  // namespace muloco

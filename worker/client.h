@@ -18,6 +18,7 @@
 
 #include "muloco/v1/muloco.grpc.pb.h"
 #include "worker/transport.h"
+#include "worker/worker_options.h"
 
 namespace muloco {
 
@@ -89,5 +90,12 @@ class ServerClient : public Transport {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Muloco::Stub> stub_;
 };
+
+// The client's options from a worker's (muloco-worker's flags, or the Python package's).
+ClientOptions ClientOptionsFor(const WorkerOptions& o);
+
+// The join token on the first line of `path` (surrounding whitespace dropped);
+// INVALID_ARGUMENT naming the file when it cannot be read or holds none.
+absl::StatusOr<std::string> ReadJoinToken(const std::string& path);
 
 }  // namespace muloco

@@ -103,15 +103,6 @@ class RoundProgress {
   double next_s_ = period_s_;  // seconds after start_ of the next line
 };
 
-ClientOptions ClientOptionsFor(const WorkerOptions& o) {
-  ClientOptions c;
-  c.tls_server_name = o.tls_server_name;
-  c.stall_timeout_s = o.stall_timeout_s;
-  c.chunk_bytes = o.chunk_bytes;
-  c.heartbeat_timeout_s = std::min(10.0, o.heartbeat_s);
-  return c;
-}
-
 }  // namespace
 
 // One worker's connection state: id, configuration, public model; rejoin and resync live here.
@@ -504,12 +495,12 @@ int RunWorker(const WorkerOptions& o) {
   }
   std::string token;
   if (!o.token_file.empty()) {
-    absl::StatusOr<std::string> text = ReadFile(o.token_file);
-    if (text.ok()) token = std::string(absl::StripAsciiWhitespace(text->substr(0, text->find('\n'))));
-    if (token.empty()) {
-      std::fprintf(stderr, "muloco-worker: --token_file=%s: cannot read a token there\n", o.token_file.c_str());
+    absl::StatusOr<std::string> read = ReadJoinToken(o.token_file);
+    if (!read.ok()) {
+      std::fprintf(stderr, "muloco-worker: --%s\n", std::string(read.status().message()).c_str());
       return 2;
     }
+    token = *std::move(read);
   }
   ServerClient client(o.server, *std::move(creds), ClientOptionsFor(o));
   return RunWorkerOver(o, &client, token);

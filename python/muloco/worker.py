@@ -17,15 +17,6 @@ def save_initial(model, path, metadata=None):
     safetensors.write(path, tensors, metadata)
 
 
-def _token(token, token_file):
-    if token_file:
-        with open(token_file) as f:
-            token = f.readline().strip()
-        if not token:
-            raise ValueError(f"token_file={token_file}: no token on its first line")
-    return token or ""
-
-
 class Worker:
     """One worker of a run, training `model` (a torch.nn.Module, or anything with
     named_parameters()). Leaves the run on SIGTERM (and exits 0), on leave(), or at the end
@@ -37,7 +28,7 @@ class Worker:
         self._params = dict(model.named_parameters())
         tensors = [(n, list(p.shape)) for n, p in self._params.items()]
         self._native = _NativeWorker(server, tensors, name=name or f"py-{os.getpid()}",
-                                     token=_token(token, token_file), insecure=insecure, tls_ca=tls_ca,
+                                     token=token or "", token_file=token_file or "", insecure=insecure, tls_ca=tls_ca,
                                      tls_cert=tls_cert, tls_key=tls_key, tls_server_name=tls_server_name,
                                      heartbeat_s=heartbeat_s, connect_timeout_s=connect_timeout_s,
                                      retry_timeout_s=retry_timeout_s)
