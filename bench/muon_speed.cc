@@ -47,7 +47,7 @@ double StepMs(const std::string& optimizer, const Corpus& corpus, int steps) {
   c.set_inner_optimizer(optimizer);
   c.set_eval_batches(0);
   Trainer t(c, &corpus, 1);
-  std::vector<float> p = InitParams(c.model(), GptLayout(c.model()));
+  std::vector<float> p = InitParams(c.model(), BuiltinLayout(c.model()));
   t.SetParams(p.data());
   uint64_t step = 0;
   return BestMs(steps, [&] { t.InnerStep(step++); });
@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
 
   // Muon's step alone on the model's hidden matrices, with random gradients.
   std::vector<torch::Tensor> mats;
-  for (const ParamInfo& p : GptLayout(c.model())) {
+  for (const ParamInfo& p : BuiltinLayout(c.model())) {
     if (!UsesMuon(p.group)) continue;
     mats.push_back(torch::randn(p.shape));
     mats.back().mutable_grad() = torch::randn(p.shape);

@@ -146,7 +146,7 @@ void Print(const Row& r) {
 // Part 1: one cell.
 Row InProcess(const v1::RunConfig& config, const std::string& codec, size_t workers, int rounds, int threads,
               const std::vector<std::string>& payloads) {
-  const ParamLayout layout = GptLayout(config.model());
+  const ParamLayout layout = BuiltinLayout(config.model());
   const size_t n = TotalParams(layout);
   ServerOptions so;
   so.round_timeout_s = 1e6;
@@ -275,7 +275,7 @@ double MeanRoundSeconds(const Spans& spans, int rounds) {
 // Part 2: the gRPC server on loopback with `workers` client threads.
 Row OverGrpc(const v1::RunConfig& config, const std::string& codec, size_t workers, int rounds,
              const std::vector<std::string>& payloads) {
-  const size_t n = TotalParams(GptLayout(config.model()));
+  const size_t n = TotalParams(BuiltinLayout(config.model()));
   const ServerOptions so = ScaleServerOptions(config, workers, rounds);
   std::remove(so.port_file.c_str());
   std::atomic<bool> stop{false}, reload{false};
@@ -334,7 +334,7 @@ void Part1(const std::vector<std::string>& codecs, int rounds, int threads, std:
   for (const std::string& codec : codecs) {
     for (double size : Numbers(absl::GetFlag(FLAGS_sizes))) {
       const v1::RunConfig config = ConfigFor(size, codec);
-      const ParamLayout layout = GptLayout(config.model());
+      const ParamLayout layout = BuiltinLayout(config.model());
       const size_t n = TotalParams(layout);
       const std::vector<Segment> plan = PlanSegments(CodecShapes(layout), *ParseCodec(config.uplink_codec()));
       const uint64_t payload_bytes = PayloadBytes(plan);
@@ -359,7 +359,7 @@ void Part2(const std::vector<std::string>& codecs, int rounds, std::vector<Row>*
   PrintHeader("part 2: the gRPC server on loopback, N client threads (close s: not measured)");
   for (const std::string& codec : codecs) {
     const v1::RunConfig config = ConfigFor(absl::GetFlag(FLAGS_grpc_size), codec);
-    const ParamLayout layout = GptLayout(config.model());
+    const ParamLayout layout = BuiltinLayout(config.model());
     const std::vector<Segment> plan = PlanSegments(CodecShapes(layout), *ParseCodec(config.uplink_codec()));
     const std::vector<std::string> payloads = Payloads(plan, TotalParams(layout), 4);
     for (double w : Numbers(absl::GetFlag(FLAGS_grpc_workers))) {

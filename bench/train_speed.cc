@@ -58,7 +58,7 @@ void TimeSteps(Trainer* trainer, Timing* t) {
 
 void PrintReport(const v1::RunConfig& config, const std::string& corpus, const ComputeDevice& device, const Timing& t) {
   const v1::ModelSpec& spec = config.model();
-  const ParamLayout layout = GptLayout(spec);
+  const ParamLayout layout = BuiltinLayout(spec);
   const size_t n = TotalParams(layout);
   const double tokens = static_cast<double>(config.batch_size()) * spec.context() * t.steps;
   const double tokens_per_s = tokens / t.seconds;
@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<ComputeDevice> device = ResolveDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_dtype), nullptr);
   if (!device.ok()) return Fail(2, device.status());
   Trainer trainer(config, &*corpus, config.data_seed(), *device);
-  trainer.SetParams(InitParams(spec, GptLayout(spec)).data());
+  trainer.SetParams(InitParams(spec, BuiltinLayout(spec)).data());
   TimeSteps(&trainer, &t);
   PrintReport(config, corpus->description, *device, t);
   return 0;

@@ -1,4 +1,4 @@
-// Layouts: the GPT's, the Muon rule, checks, differences, the wire form (see model_layout.h).
+// Layouts: the built-in GPT's and LLaMA's, the Muon rule, checks, differences, the wire form (see model_layout.h).
 #include "common/model_layout.h"
 
 #include <cmath>
@@ -7,6 +7,7 @@
 #include <regex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 
 namespace muloco {
@@ -18,8 +19,28 @@ absl::Status ValidateModelSpec(const v1::ModelSpec& s) {
   if (s.n_head() < 1 || s.d_model() < 1 || s.d_model() > 16384) return bad("d_model must be in [1, 16384]");
   if (s.d_model() % s.n_head() != 0) return bad("d_model must be divisible by n_head");
   if (s.context() < 1 || s.context() > 65536) return bad("context must be in [1, 65536]");
+  if (!s.arch().empty() && s.arch() != "gpt" && s.arch() != "llama") return bad("arch must be gpt or llama");
+  if (!IsLlama(s)) {
+    if (s.n_kv_head() != 0 || s.ffn_dim() != 0 || s.tie_embeddings()) {
+      return bad("n_kv_head, ffn_dim and tie_embeddings are llama's (--arch=llama)");
+    }
+    return absl::OkStatus();
+  }
+  if (s.n_kv_head() > s.n_head() || (s.n_kv_head() != 0 && s.n_head() % s.n_kv_head() != 0)) {
+    return bad("n_kv_head must divide n_head");
+  }
+  if ((s.d_model() / s.n_head()) % 2 != 0) return bad("llama: the head width d_model / n_head must be even (rotary)");
+  if (s.ffn_dim() > 65536) return bad("ffn_dim must be at most 65536");
   return absl::OkStatus();
 }
+
+bool IsLlama(const v1::ModelSpec& s) { return s.arch() == "llama"; }
+
+uint32_t KvHeads(const v1::ModelSpec& s) { return s.n_kv_head() ? s.n_kv_head() : s.n_head(); }
+
+uint32_t FfnDim(const v1::ModelSpec& s) { return s.ffn_dim() ? s.ffn_dim() : (8 * s.d_model() / 3 + 7) / 8 * 8; }
+
+ParamLayout BuiltinLayout(const v1::ModelSpec& s) { return IsLlama(s) ? LlamaLayout(s) : GptLayout(s); }
 
 ParamLayout GptLayout(const v1::ModelSpec& s) {
   const int64_t V = s.vocab_size(), T = s.context(), d = s.d_model();
@@ -44,6 +65,30 @@ ParamLayout GptLayout(const v1::ModelSpec& s) {
   add("ln_f.bias", {d}, ParamGroup::kAdamWNoDecay);
   add("lm_head.weight", {V, d}, ParamGroup::kAdamW);
   PlaceTensors(&layout);
+  return layout;
+}
+
+ParamLayout LlamaLayout(const v1::ModelSpec& s) {
+  const int64_t V = s.vocab_size(), d = s.d_model(), kv = KvHeads(s) * (d / s.n_head()), f = FfnDim(s);
+  ParamLayout layout;
+  auto add = [&](std::string name, std::vector<int64_t> shape) { layout.push_back(ParamInfo{std::move(name), std::move(shape)}); };
+  add("model.embed_tokens.weight", {V, d});
+  for (uint32_t i = 0; i < s.n_layer(); ++i) {
+    const std::string l = absl::StrCat("model.layers.", i, ".");
+    add(l + "input_layernorm.weight", {d});
+    add(l + "self_attn.q_proj.weight", {d, d});
+    add(l + "self_attn.k_proj.weight", {kv, d});
+    add(l + "self_attn.v_proj.weight", {kv, d});
+    add(l + "self_attn.o_proj.weight", {d, d});
+    add(l + "post_attention_layernorm.weight", {d});
+    add(l + "mlp.gate_proj.weight", {f, d});
+    add(l + "mlp.up_proj.weight", {f, d});
+    add(l + "mlp.down_proj.weight", {d, f});
+  }
+  add("model.norm.weight", {d});
+  if (!s.tie_embeddings()) add("lm_head.weight", {V, d});
+  PlaceTensors(&layout);
+  AssignGroups(kDefaultAdamwParams, &layout).IgnoreError();  // the default rule parses
   return layout;
 }
 
@@ -171,7 +216,8 @@ std::vector<float> InitParams(const v1::ModelSpec& spec, const ParamLayout& layo
       std::fill(dst, dst + p.numel, bias ? 0.0f : 1.0f);
       continue;
     }
-    const bool residual = p.name.size() > 11 && p.name.compare(p.name.size() - 11, 11, "proj.weight") == 0;
+    const bool residual = absl::EndsWith(p.name, ".proj.weight") || absl::EndsWith(p.name, "o_proj.weight") ||
+                          absl::EndsWith(p.name, "down_proj.weight");  // GPT's proj, LLaMA's o_proj and down_proj
     std::normal_distribution<float> normal(0.0f, residual ? residual_std : 0.02f);
     for (size_t i = 0; i < p.numel; ++i) dst[i] = normal(rng);
   }

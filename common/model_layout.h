@@ -1,7 +1,7 @@
 // The model's layout as data: every named tensor's shape, its optimizer group and its offset
 // in one flat fp32 buffer, so a flat buffer is all that ever crosses the wire. A run's layout
-// is the built-in GPT's (GptLayout, derived from a ModelSpec by the server, which has no
-// LibTorch, and by the worker alike) or a user's model's (read from a safetensors file,
+// is a built-in architecture's (BuiltinLayout: the GPT or LLaMA, derived from a ModelSpec by
+// the server, which has no LibTorch, and by the worker alike) or a user's model's (read from a safetensors file,
 // common/safetensors.h); the server sends it in Join and refuses a worker whose model differs.
 #pragma once
 
@@ -41,8 +41,20 @@ using ParamLayout = std::vector<ParamInfo>;
 // Checks the spec's ranges (non-zero sizes, d_model divisible by n_head, sane limits).
 absl::Status ValidateModelSpec(const v1::ModelSpec& spec);
 
+// The built-in architecture's layout: GptLayout or LlamaLayout by spec.arch.
 // REQUIRES: ValidateModelSpec(spec).ok(). Groups by the default rule.
+ParamLayout BuiltinLayout(const v1::ModelSpec& spec);
+// GPT-2 style: wte, wpe, h.N.{ln1,attn.qkv,attn.proj,ln2,mlp.fc,mlp.proj}, ln_f, lm_head.
 ParamLayout GptLayout(const v1::ModelSpec& spec);
+// Hugging Face LLaMA names: model.embed_tokens, model.layers.N.{input_layernorm,
+// self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}, model.norm,
+// lm_head (absent when tied); no biases.
+ParamLayout LlamaLayout(const v1::ModelSpec& spec);
+bool IsLlama(const v1::ModelSpec& spec);
+inline constexpr double kLlamaRmsEps = 1e-5;        // RMSNorm's epsilon (worker/llama.h)
+inline constexpr double kLlamaRopeBase = 10000.0;   // rotary embeddings' base (theta)
+uint32_t KvHeads(const v1::ModelSpec& spec);  // n_kv_head, or n_head when 0
+uint32_t FfnDim(const v1::ModelSpec& spec);   // ffn_dim, or 8/3 d_model rounded up to a multiple of 8
 
 size_t TotalParams(const ParamLayout& layout);
 
@@ -77,8 +89,8 @@ absl::StatusOr<ParamLayout> LayoutFromProto(const v1::ModelLayout& proto);
 // The tensors' shapes as the codec sees them (rows, element count, 1-D or not).
 std::vector<TensorShape> CodecShapes(const ParamLayout& layout);
 
-// GPT-2 style initialisation: N(0, 0.02) for weights, residual projections scaled by
-// 1/sqrt(2 n_layer), gains 1, biases 0. Deterministic in spec.init_seed.
+// GPT-2 style initialisation: N(0, 0.02) for weights, residual projections (GPT's
+// *.proj, LLaMA's o_proj and down_proj) scaled by 1/sqrt(2 n_layer), gains 1, biases 0. Deterministic in spec.init_seed.
 std::vector<float> InitParams(const v1::ModelSpec& spec, const ParamLayout& layout);
 
 }  // namespace muloco

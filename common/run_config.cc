@@ -252,9 +252,12 @@ RunKinds KindsOf(const v1::RunConfig& c) {
 
 std::string DescribeRunConfig(const v1::RunConfig& c) {
   const v1::ModelSpec& m = c.model();
-  return absl::StrCat(c.preset().empty() ? "" : c.preset() + ": ", c.mode(), ", GPT(vocab ", m.vocab_size(),
-                      ", layers ", m.n_layer(), ", heads ", m.n_head(), ", d ", m.d_model(), ", ctx ", m.context(),
-                      ") H=", c.inner_steps(), " rounds=", c.total_rounds(), " batch=", c.batch_size(), " inner=",
+  const std::string llama = IsLlama(m) ? absl::StrCat(", kv heads ", KvHeads(m), ", ffn ", FfnDim(m),
+                                                      m.tie_embeddings() ? ", tied" : "")
+                                        : "";
+  return absl::StrCat(c.preset().empty() ? "" : c.preset() + ": ", c.mode(), IsLlama(m) ? ", LLaMA(vocab " : ", GPT(vocab ",
+                      m.vocab_size(), ", layers ", m.n_layer(), ", heads ", m.n_head(), llama, ", d ", m.d_model(),
+                      ", ctx ", m.context(), ") H=", c.inner_steps(), " rounds=", c.total_rounds(), " batch=", c.batch_size(), " inner=",
                       c.inner_optimizer(), " lr=", c.inner_lr(),
                       KindsOf(c).inner == InnerOptimizer::kMuon ? absl::StrCat(" muon_lr=", c.muon_lr()) : "",
                       " outer lr=", c.outer_lr(), " m=", c.outer_momentum(), " up=", c.uplink_codec(),

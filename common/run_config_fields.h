@@ -21,6 +21,11 @@
   X(uint32_t, d_model, "model.d_model", 64, "Model: embedding width")                                                \
   X(uint32_t, context, "model.context", 64, "Model: context length in tokens")                                       \
   X(uint64_t, init_seed, "model.init_seed", 1234, "Model: initialisation seed")                                      \
+  X(std::string, arch, "model.arch", "gpt",                                                                          \
+    "Model: gpt (GPT-2 style) or llama (RMSNorm, rotary positions, SwiGLU; Hugging Face names)")                     \
+  X(uint32_t, n_kv_head, "model.n_kv_head", 0, "Model (llama): key/value heads, grouped-query attention (0: n_head)") \
+  X(uint32_t, ffn_dim, "model.ffn_dim", 0, "Model (llama): SwiGLU hidden width (0: 8/3 d_model, multiple of 8)")     \
+  X(bool, tie_embeddings, "model.tie_embeddings", false, "Model (llama): the LM head is the token embedding")       \
   X(uint32_t, inner_steps, "inner_steps", 20, "H: inner optimizer steps per round")                                  \
   X(uint32_t, rounds, "total_rounds", 10, "Outer rounds in the run")                                                 \
   X(uint32_t, batch_size, "batch_size", 16, "Sequences per inner step (per worker)")                                 \

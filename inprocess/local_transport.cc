@@ -12,6 +12,7 @@ absl::StatusOr<v1::JoinResponse> LocalTransport::Join(const std::string& name, c
   r.set_worker_id(j.worker_id);
   r.set_round(j.round);
   *r.mutable_config() = config_;
+  if (layout_.tensors_size() > 0) *r.mutable_layout() = layout_;
   r.set_num_params(engine_->num_params());
   r.set_model_checksum(j.checksum);
   r.set_join_index(j.join_index);

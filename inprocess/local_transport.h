@@ -7,6 +7,7 @@
 #include <atomic>
 #include <string>
 
+#include "common/model_layout.h"
 #include "server/round_engine.h"
 #include "worker/transport.h"
 
@@ -14,8 +15,10 @@ namespace muloco {
 
 class LocalTransport : public Transport {
  public:
-  // `engine` must outlive the transport; `config` is what Join hands the worker.
-  LocalTransport(RoundEngine* engine, v1::RunConfig config) : engine_(engine), config_(std::move(config)) {}
+  // `engine` must outlive the transport; `config` (and `layout`, when the run's model is not
+  // the config's GPT) is what Join hands the worker.
+  LocalTransport(RoundEngine* engine, v1::RunConfig config, const ParamLayout& layout = {})
+      : engine_(engine), config_(std::move(config)), layout_(layout.empty() ? v1::ModelLayout() : LayoutProto(layout)) {}
 
   absl::StatusOr<v1::JoinResponse> Join(const std::string& name, const std::string& token,
                                         const v1::ModelLayout& model = {}) override;
@@ -32,6 +35,7 @@ class LocalTransport : public Transport {
  private:
   RoundEngine* const engine_;
   const v1::RunConfig config_;
+  const v1::ModelLayout layout_;
   std::atomic<bool> cancelled_{false};
   std::atomic<uint64_t> fetches_{0};
 };

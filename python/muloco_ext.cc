@@ -1,25 +1,24 @@
-// The Python package's native half (module muloco._muloco): a worker core (worker/core.h)
-// driven from Python. It sees the user's model only as float32 buffers, one per tensor in
+// The Python package's native half (module muloco._muloco): a ModelWorker
+// (worker/model_worker.h) driven from Python. It sees the user's model only as float32 buffers, one per tensor in
 // the run's layout order (numpy views of the user's CPU tensors, so no copy of the model is
-// made on the Python side); compression, error feedback, checksums and retries all run here,
+// made on the Python side); compression, error feedback, checksums, retries and the overlap's flight all run here,
 // with the GIL released while it talks to the server. python/muloco/__init__.py wraps it.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <chrono>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "codec/codec.h"
 #include "common/run_config.h"
 #include "common/run_config_fields.h"
 #include "kernels/newton_schulz.h"
 #include "worker/client.h"
-#include "worker/core.h"
+#include "worker/model_worker.h"
 
 namespace py = pybind11;
 
@@ -58,20 +57,40 @@ const char* GroupName(ParamGroup g) {
   return g == ParamGroup::kMuon ? "muon" : g == ParamGroup::kAdamW ? "adamw" : "adamw_no_decay";
 }
 
+py::dict ResultDict(const SyncResult& r) {
+  py::dict out;
+  out["round"] = r.round;
+  out["applied"] = r.applied;
+  out["in_flight"] = r.in_flight;
+  out["done"] = r.done;
+  out["contributors"] = r.contributors;
+  out["checksum"] = r.checksum;
+  return out;
+}
+
+template <typename T>
+T Check(absl::StatusOr<T> v) {
+  if (!v.ok()) Raise(v.status());
+  return *std::move(v);
+}
+
 class PyWorker {
  public:
   PyWorker(const std::string& server, const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors,
            const std::string& name, std::string token, const std::string& token_file, bool insecure,
-           const std::string& tls_ca,
-           const std::string& tls_cert, const std::string& tls_key, const std::string& tls_server_name,
-           double heartbeat_s, double connect_timeout_s, double retry_timeout_s) {
-    o_.server = server;
-    o_.name = name;
-    o_.tls = ClientTls{insecure, tls_ca, tls_cert, tls_key};
-    o_.tls_server_name = tls_server_name;
-    o_.heartbeat_s = heartbeat_s;
-    o_.connect_timeout_s = connect_timeout_s;
-    o_.retry_timeout_s = retry_timeout_s;
+           const std::string& tls_ca, const std::string& tls_cert, const std::string& tls_key,
+           const std::string& tls_server_name, double heartbeat_s, double connect_timeout_s, double retry_timeout_s,
+           bool overlap, uint32_t overlap_steps) {
+    WorkerOptions o;
+    o.server = server;
+    o.name = name;
+    o.tls = ClientTls{insecure, tls_ca, tls_cert, tls_key};
+    o.tls_server_name = tls_server_name;
+    o.heartbeat_s = heartbeat_s;
+    o.connect_timeout_s = connect_timeout_s;
+    o.retry_timeout_s = retry_timeout_s;
+    o.overlap = overlap;
+    o.overlap_steps = overlap_steps;
     if (!token_file.empty()) {
       absl::StatusOr<std::string> read = ReadJoinToken(token_file);
       if (!read.ok()) throw std::invalid_argument(std::string(read.status().message()));
@@ -81,32 +100,29 @@ class PyWorker {
     for (const auto& [n, shape] : tensors) model.push_back(ParamInfo{n, shape});
     PlaceTensors(&model);
     if (absl::Status s = ValidateLayout(model); !s.ok()) Raise(s);
-    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = MakeChannelCredentials(o_.tls);
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = MakeChannelCredentials(o.tls);
     if (!creds.ok()) Raise(creds.status());
-    client_ = std::make_unique<ServerClient>(server, *std::move(creds), ClientOptionsFor(o_));
-    core_ = std::make_unique<WorkerCore>(o_, client_.get(), std::move(token), std::move(model));
+    client_ = std::make_unique<ServerClient>(server, *std::move(creds), ClientOptionsFor(o));
+    worker_ = std::make_unique<ModelWorker>(std::move(o), client_.get(), std::move(token), std::move(model));
   }
 
   // Join, the uplink and heartbeats, and the public model.
   void Join() {
     py::gil_scoped_release free;
-    if (absl::Status s = core_->Join(o_.connect_timeout_s); !s.ok()) Raise(s);
-    if (absl::Status s = core_->Begin(); !s.ok()) Raise(s);
-    if (absl::Status s = core_->Resync(); !s.ok()) Raise(s);
-    delta_.assign(core_->num_params(), 0.0f);
+    if (absl::Status s = worker_->Join(); !s.ok()) Raise(s);
   }
 
   // The run's tensors in buffer order: (name, shape, group).
   std::vector<std::tuple<std::string, std::vector<int64_t>, std::string>> Layout() const {
     std::vector<std::tuple<std::string, std::vector<int64_t>, std::string>> out;
-    for (const ParamInfo& p : core_->layout()) out.emplace_back(p.name, p.shape, GroupName(p.group));
+    for (const ParamInfo& p : worker_->layout()) out.emplace_back(p.name, p.shape, GroupName(p.group));
     return out;
   }
 
   // The run configuration's fields by their flag names (run_config_fields.h).
   py::dict Config() const {
     py::dict d;
-    const v1::RunConfig& c = core_->config();
+    const v1::RunConfig& c = worker_->config();
 #define MULOCO_FIELD(type, flag, path, base, help) d[#flag] = RunConfigField<type>(c, path);
     MULOCO_RUN_CONFIG_FIELDS(MULOCO_FIELD)
 #undef MULOCO_FIELD
@@ -115,74 +131,50 @@ class PyWorker {
   }
 
   // θ_pub into the buffers.
-  void ReadModel(const Buffers& buffers) const { Scatter(core_->pub().params(), buffers); }
-
-  // One outer step: Δ = θ_pub − θ (the buffers), pushed compressed with error feedback; the
-  // round's update applied to θ_pub, which is written back into the buffers. A push the
-  // server refuses as late, or an update that does not apply, resyncs (the round's work is
-  // dropped, as in muloco-worker).
-  py::dict Sync(const Buffers& buffers, double train_loss, uint64_t tokens, uint32_t steps, double train_seconds) {
-    Gather(buffers);
-    const std::vector<float>& pub = core_->pub().params();
-    for (size_t i = 0; i < delta_.size(); ++i) {
-      delta_[i] = pub[i] - delta_[i];
-      if (!(std::abs(delta_[i]) <= kMaxAbsValue)) {
-        throw std::runtime_error("the update is non-finite or out of range: lower the learning rate");
-      }
-    }
-    const uint64_t round = core_->pub().round();
-    absl::StatusOr<bool> applied;
-    Exchanged x;
-    {
-      py::gil_scoped_release free;
-      absl::StatusOr<std::string> payload = core_->uplink().Encode(delta_.data(), round);
-      if (!payload.ok()) Raise(payload.status());
-      const auto t0 = std::chrono::steady_clock::now();
-      x = core_->Exchange(round, *payload, static_cast<float>(train_loss));
-      const double wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      applied = core_->Settle(x, PushedRound{round, payload->size(), train_loss, train_seconds, steps, tokens}, wait_s);
-    }
-    if (!applied.ok()) Raise(applied.status());
-    Scatter(core_->pub().params(), buffers);
-    py::dict out;
-    out["round"] = core_->pub().round();
-    out["applied"] = *applied;
-    out["done"] = *applied && x.result.done;
-    out["contributors"] = *applied ? x.result.contributors : 0;
-    out["checksum"] = core_->pub().checksum();
-    return out;
+  void ReadModel(const Buffers& buffers) const {
+    if (absl::Status s = worker_->ReadModel(Floats(buffers, worker_->layout())); !s.ok()) Raise(s);
   }
 
-  void Leave() {
+  // One outer step (ModelWorker::Sync) on the buffers.
+  py::dict Sync(const Buffers& buffers, double train_loss, uint64_t tokens, uint32_t steps, double train_seconds) {
+    const ModelWorker::Tensors t = Floats(buffers, worker_->layout());
+    absl::StatusOr<SyncResult> r;
+    {
+      py::gil_scoped_release free;
+      r = worker_->Sync(t, SyncReport{train_loss, tokens, steps, train_seconds});
+    }
+    return ResultDict(Check(std::move(r)));
+  }
+
+  // Overlap: counts an inner step; whether the flight should land now (then call Land).
+  bool LandDue() { return worker_->LandDue(); }
+  bool Land(const Buffers& buffers) {
+    const ModelWorker::Tensors t = Floats(buffers, worker_->layout());
     py::gil_scoped_release free;
-    core_->Leave();
+    return Check(worker_->Land(t));
+  }
+
+  // Lands a flight still in the air into the buffers (none given: drops it), then leaves.
+  void Leave(const std::optional<Buffers>& buffers) {
+    std::optional<ModelWorker::Tensors> t;
+    if (buffers) t = Floats(*buffers, worker_->layout());
+    py::gil_scoped_release free;
+    worker_->Leave(t ? &*t : nullptr);
   }
 
   // The inner learning-rate schedule's factor at global inner step `step` (warmup, then
   // cosine to the floor): muloco-worker's, so a Python loop can follow the run's schedule.
-  double LrFactor(uint64_t step) const { return LearningRateFactor(core_->config(), step); }
-  uint64_t Round() const { return core_->pub().round(); }
-  uint64_t Checksum() const { return core_->pub().checksum(); }
-  uint64_t Id() const { return core_->id(); }
-  bool Done() const { return core_->pub().round() >= core_->config().total_rounds(); }
-  size_t NumParams() const { return core_->num_params(); }
+  double LrFactor(uint64_t step) const { return LearningRateFactor(worker_->config(), step); }
+  uint64_t Round() const { return worker_->round(); }
+  uint64_t Checksum() const { return worker_->checksum(); }
+  uint64_t Id() const { return worker_->id(); }
+  bool Done() const { return worker_->done(); }
+  bool InFlight() const { return worker_->in_flight(); }
+  size_t NumParams() const { return worker_->num_params(); }
 
  private:
-  void Gather(const Buffers& buffers) {
-    const ParamLayout& l = core_->layout();
-    const std::vector<float*> f = Floats(buffers, l);
-    for (size_t t = 0; t < l.size(); ++t) std::copy_n(f[t], l[t].numel, delta_.data() + l[t].offset);
-  }
-  void Scatter(const std::vector<float>& from, const Buffers& buffers) const {
-    const ParamLayout& l = core_->layout();
-    const std::vector<float*> f = Floats(buffers, l);
-    for (size_t t = 0; t < l.size(); ++t) std::copy_n(from.data() + l[t].offset, l[t].numel, f[t]);
-  }
-
-  WorkerOptions o_;
   std::unique_ptr<ServerClient> client_;
-  std::unique_ptr<WorkerCore> core_;
-  std::vector<float> delta_;  // θ gathered, then Δ
+  std::unique_ptr<ModelWorker> worker_;
 };
 
 }  // namespace
@@ -217,22 +209,25 @@ PYBIND11_MODULE(_muloco, m) {
   py::class_<PyWorker>(m, "Worker")
       .def(py::init<const std::string&, const std::vector<std::pair<std::string, std::vector<int64_t>>>&,
                     const std::string&, std::string, const std::string&, bool, const std::string&, const std::string&,
-                    const std::string&, const std::string&, double, double, double>(),
+                    const std::string&, const std::string&, double, double, double, bool, uint32_t>(),
            py::arg("server"), py::arg("tensors"), py::arg("name") = "", py::arg("token") = "", py::arg("token_file") = "",
            py::arg("insecure") = false, py::arg("tls_ca") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "",
            py::arg("tls_server_name") = "", py::arg("heartbeat_s") = 5.0, py::arg("connect_timeout_s") = 60.0,
-           py::arg("retry_timeout_s") = 600.0)
+           py::arg("retry_timeout_s") = 600.0, py::arg("overlap") = false, py::arg("overlap_steps") = 0)
       .def("join", &PyWorker::Join)
       .def("layout", &PyWorker::Layout)
       .def("config", &PyWorker::Config)
       .def("read_model", &PyWorker::ReadModel)
       .def("sync", &PyWorker::Sync, py::arg("buffers"), py::arg("train_loss") = 0.0, py::arg("tokens") = 0,
            py::arg("steps") = 1, py::arg("train_seconds") = 0.0)
-      .def("leave", &PyWorker::Leave)
+      .def("land_due", &PyWorker::LandDue)
+      .def("land", &PyWorker::Land)
+      .def("leave", &PyWorker::Leave, py::arg("buffers") = std::nullopt)
       .def("lr_factor", &PyWorker::LrFactor, py::arg("step"))
       .def_property_readonly("round", &PyWorker::Round)
       .def_property_readonly("checksum", &PyWorker::Checksum)
       .def_property_readonly("id", &PyWorker::Id)
       .def_property_readonly("done", &PyWorker::Done)
+      .def_property_readonly("in_flight", &PyWorker::InFlight)
       .def_property_readonly("num_params", &PyWorker::NumParams);
 }

@@ -82,9 +82,14 @@ std::string ExportBytes(const v1::RunConfig& config, const ParamLayout& layout, 
     meta["format"] = "muloco";
     return SafetensorsBytes(layout, params.data(), meta);
   }
-  meta.insert({{"format", "muloco-gpt"}, {"vocab_size", std::to_string(m.vocab_size())},
+  meta.insert({{"format", IsLlama(m) ? "muloco-llama" : "muloco-gpt"}, {"vocab_size", std::to_string(m.vocab_size())},
                {"n_layer", std::to_string(m.n_layer())}, {"n_head", std::to_string(m.n_head())},
                {"d_model", std::to_string(m.d_model())}, {"context", std::to_string(m.context())}});
+  if (IsLlama(m)) {  // what a Hugging Face LlamaConfig needs besides the shapes (worker/llama.h)
+    meta.insert({{"n_kv_head", std::to_string(KvHeads(m))}, {"ffn_dim", std::to_string(FfnDim(m))},
+                 {"tie_embeddings", m.tie_embeddings() ? "true" : "false"}, {"rms_norm_eps", absl::StrCat(kLlamaRmsEps)},
+                 {"rope_theta", absl::StrCat(kLlamaRopeBase)}});
+  }
   return SafetensorsBytes(layout, params.data(), meta);
 }
 
@@ -94,8 +99,9 @@ std::string ExportBytes(const v1::RunConfig& config, const ParamLayout& layout, 
 absl::StatusOr<v1::RunConfig> ResumedConfig(const v1::RunConfig& saved, const v1::RunConfig& requested,
                                             uint64_t open_round) {
   v1::RunConfig out = saved;
+  if (out.model().arch().empty()) out.mutable_model()->set_arch("gpt");  // written before the field existed
   std::vector<std::string> refused, applied;
-  for (const std::string& field : DifferentFields(saved, requested)) {
+  for (const std::string& field : DifferentFields(out, requested)) {
     if (field == "preset") continue;  // a label; the fields themselves are compared
     if (field == "total_rounds" && requested.total_rounds() >= open_round) {
       out.set_total_rounds(requested.total_rounds());
@@ -166,7 +172,7 @@ absl::Status Prefixed(const std::string& what, const absl::Status& s) {
 // its init_seed; groups by --adamw_params.
 absl::Status FreshModel(const ServerOptions& o, RunStart* start) {
   if (o.init_model.empty()) {
-    start->layout = GptLayout(start->config.model());
+    start->layout = BuiltinLayout(start->config.model());
     start->initial.theta_pub = InitParams(start->config.model(), start->layout);
   } else {
     absl::StatusOr<std::string> bytes = ReadFile(o.init_model);
@@ -175,7 +181,7 @@ absl::Status FreshModel(const ServerOptions& o, RunStart* start) {
     if (!model.ok()) return Invalid(Prefixed("--init_model=" + o.init_model, model.status()));
     start->layout = std::move(model->layout);
     start->initial.theta_pub = std::move(model->params);
-    start->builtin = LayoutDifference(GptLayout(start->config.model()), start->layout).empty();
+    start->builtin = LayoutDifference(BuiltinLayout(start->config.model()), start->layout).empty();
   }
   if (absl::Status s = AssignGroups(o.adamw_params, &start->layout); !s.ok()) return s;
   start->initial.theta_true = start->initial.theta_pub;
@@ -185,7 +191,7 @@ absl::Status FreshModel(const ServerOptions& o, RunStart* start) {
 // A resumed run's model: the checkpoint's layout and groups (older checkpoints: the config's
 // GPT), which --adamw_params may not change.
 absl::Status ResumedModel(const ServerOptions& o, ServerState* resumed, RunStart* start) {
-  const ParamLayout gpt = GptLayout(start->config.model());
+  const ParamLayout gpt = BuiltinLayout(start->config.model());
   if (resumed->layout.tensors_size() == 0) {  // an older checkpoint: the config's GPT, grouped by the rule
     start->layout = gpt;
     if (absl::Status s = AssignGroups(o.adamw_params, &start->layout); !s.ok()) return s;

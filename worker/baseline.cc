@@ -24,7 +24,7 @@ int RunBaseline(const v1::RunConfig& config, const WorkerOptions& o) {
   Logf("baseline", "%s; data %s; device %s", DescribeRunConfig(config).c_str(), corpus->description.c_str(),
        o.device.Name().c_str());
   Trainer trainer(config, &*corpus, config.data_seed(), o.device);
-  std::vector<float> params = InitParams(config.model(), GptLayout(config.model()));
+  std::vector<float> params = InitParams(config.model(), BuiltinLayout(config.model()));
   trainer.SetParams(params.data());
   double first_val = -1, last_val = -1;
   const auto start = std::chrono::steady_clock::now();

@@ -15,11 +15,11 @@ namespace muloco {
 namespace {
 
 // The run's layout from Join. It must hold `model` (the worker's own tensors, in any order);
-// without one, it must be the built-in GPT of the run's config, tensor by tensor and in the
+// without one, it must be the built-in model of the run's config (GPT or LLaMA), tensor by tensor and in the
 // same order (a user's model is trained by the Python package). A server that sends no
-// layout runs the config's GPT.
+// layout runs the config's built-in model.
 absl::StatusOr<ParamLayout> RunLayout(const v1::JoinResponse& joined, const ParamLayout& model) {
-  const ParamLayout gpt = GptLayout(joined.config().model());
+  const ParamLayout gpt = BuiltinLayout(joined.config().model());
   ParamLayout run = gpt;
   if (joined.layout().tensors_size() > 0) {
     absl::StatusOr<ParamLayout> sent = LayoutFromProto(joined.layout());
@@ -36,10 +36,14 @@ absl::StatusOr<ParamLayout> RunLayout(const v1::JoinResponse& joined, const Para
     }
     if (!difference.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "the run's model is not the built-in GPT this worker trains (", difference,
+          "the run's model is not the built-in model this worker trains (", difference,
           "); train it with muloco's Python package"));
     }
     run = *std::move(sent);
+  } else if (!model.empty()) {  // a server that sends no layout runs the config's GPT
+    if (std::string d = LayoutDifference(gpt, model); !d.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat("this worker's model is not the run's: ", d));
+    }
   }
   if (joined.num_params() != TotalParams(run)) {
     return absl::InvalidArgumentError("server's parameter count does not match its model");

@@ -99,6 +99,7 @@ class WorkerCore {
   uint64_t joined_round() const { return joined_round_; }
   uint64_t joined_checksum() const { return joined_checksum_; }
   Replica& pub() { return pub_; }
+  const Replica& pub() const { return pub_; }
   Uplink& uplink() { return *uplink_; }
   double wait_seconds() const { return wait_seconds_; }
 

@@ -108,7 +108,7 @@ int RunEvaluate(const v1::RunConfig& config, const WorkerOptions& o, const std::
   Logf("evaluate", "%s; data %s; %u validation batches", DescribeRunConfig(config).c_str(),
        corpus->description.c_str(), config.eval_batches());
   Trainer trainer(config, &*corpus, config.data_seed(), o.device);
-  const size_t n = TotalParams(GptLayout(config.model()));
+  const size_t n = TotalParams(BuiltinLayout(config.model()));
   bool failed = false;
   for (const std::string& path : paths) {
     absl::StatusOr<std::vector<std::string>> files = ModelFiles(path);

@@ -117,6 +117,7 @@ class WorkerSession {
   // One round's local training (Train).
   struct Trained {
     double loss = 0, seconds = 0;
+    double copy_seconds = 0;  // of `seconds`: loading θ_pub into the model and computing Δ
     absl::StatusOr<bool> keep = true;  // false: the round's training is dropped (overlap: resynced or done)
   };
 
@@ -175,6 +176,10 @@ class WorkerSession {
   // For the summary (this thread only).
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   double train_seconds_ = 0;                // in local training, rounds that were pushed or refused
+  // Without overlap: the outer step summed over pushed rounds: computing Δ, checking, encoding,
+  // pushing, waiting for the round, decoding, and loading the new model (Python's sync()).
+  double outer_seconds_ = 0;
+  uint64_t outer_steps_ = 0;
   uint64_t tokens_per_round_ = 0;
   double first_val_ = -1, last_val_ = -1;   // validation losses (-1: none yet)
   Histogram inner_steps_{DurationBuckets()};  // thread-safe: the metrics endpoint reads it
@@ -200,7 +205,7 @@ class WorkerSession {
 
 
 bool WorkerSession::BuildSeededModel(uint64_t checksum) {
-  FetchedModel m{0, checksum, InitParams(config_.model(), GptLayout(config_.model()))};
+  FetchedModel m{0, checksum, InitParams(config_.model(), BuiltinLayout(config_.model()))};
   const uint64_t built = ParamChecksum(m.params.data(), m.params.size());
   if (built != checksum) {
     Logf(tag_.c_str(), "the model built from init_seed %llu has checksum %016llx, the server's is %016llx: fetching it",
@@ -262,6 +267,10 @@ void WorkerSession::LogSummary() const {
   Logf(tag, "summary: %-10s %.4f first, %.4f last", "val_loss", first_val_, last_val_);
   Logf(tag, "summary: %-10s %.1f s (%.1f s training, %.1f s waiting for the server)", "wall time", wall_s,
        train_seconds_, core_.wait_seconds());
+  if (outer_steps_ > 0) {  // encode, push, wait for the round, apply: what Python's sync() does
+    Logf(tag, "summary: %-10s %.2f ms per round over %llu rounds", "outer step", 1e3 * outer_seconds_ / outer_steps_,
+         static_cast<unsigned long long>(outer_steps_));
+  }
 }
 
 int WorkerSession::Run() {
@@ -303,11 +312,16 @@ int WorkerSession::Run() {
     if (!t.keep.ok()) return Fail(t.keep.status());
     if (!*t.keep || done_ || r >= config_.total_rounds()) continue;
     train_seconds_ += t.seconds;
+    const auto outer_start = std::chrono::steady_clock::now();
     if (continuing) trainer_->DeltaFrom(pub_.params().data());  // rebased: Δ = θ_pub − θ_end
     absl::StatusOr<bool> sound = Sound(r);
     if (!sound.ok()) return Fail(sound.status());
     if (!*sound) continue;
     if (absl::Status s = Push(r, t); !s.ok()) return Fail(s);
+    if (!overlap_) {
+      outer_seconds_ += Seconds(std::chrono::steady_clock::now() - outer_start) + t.copy_seconds;
+      ++outer_steps_;
+    }
   }
   return Finish();
 }
@@ -417,8 +431,13 @@ WorkerSession::Trained WorkerSession::Train(uint64_t r, bool continuing) {
     inner_steps_.Observe(Seconds(std::chrono::steady_clock::now() - train_start));
   } else if (continuing) {
     t.loss = trainer_->TrainSteps(r * config_.inner_steps(), after_step);
-  } else {
-    t.loss = trainer_->TrainRound(pub_.params().data(), r * config_.inner_steps(), after_step);
+  } else {  // θ_pub in, H steps, Δ out: the copies are timed as part of the outer step
+    trainer_->SetParams(pub_.params().data());
+    t.copy_seconds = Seconds(std::chrono::steady_clock::now() - train_start);
+    t.loss = trainer_->TrainSteps(r * config_.inner_steps(), after_step);
+    const auto delta_start = std::chrono::steady_clock::now();
+    trainer_->DeltaFrom(pub_.params().data());
+    t.copy_seconds += Seconds(std::chrono::steady_clock::now() - delta_start);
   }
   t.seconds = Seconds(std::chrono::steady_clock::now() - train_start);
   return t;

@@ -1,4 +1,4 @@
-// Trainer: Gpt + inner optimizers. AdamW (decay on matrices and embeddings, none on gains and
+// Trainer: the built-in model (GPT or LLaMA) + inner optimizers. AdamW (decay on matrices and embeddings, none on gains and
 // biases) for everything, or Muon for the hidden matrices and AdamW for the rest; warmup +
 // cosine schedule on both learning rates; gradient-norm clipping.
 #include "worker/trainer.h"
@@ -9,10 +9,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "common/run_config.h"
-#include "worker/gpt.h"
+#include "worker/language_model.h"
 #include "worker/muon.h"
 #include "worker/torch_device.h"
 
@@ -56,17 +57,17 @@ torch::Tensor HostFlat(const float* p, size_t n) {
 
 struct Trainer::Impl {
   Impl(const v1::RunConfig& c, const Corpus* corpus, uint64_t seed, const ComputeDevice& d, const ParamLayout* g)
-      : config(c), corpus(corpus), device(d), model(c.model(), TorchDevice(d)), groups(g ? *g : model.layout()),
-        rng(seed), delta(d, TotalParams(model.layout())) {
+      : config(c), corpus(corpus), device(d), model(MakeLanguageModel(c.model(), TorchDevice(d))), groups(g ? *g : model->layout()),
+        rng(seed), delta(d, TotalParams(model->layout())) {
     const RunKinds kinds = KindsOf(c);
     const bool use_muon = kinds.inner == InnerOptimizer::kMuon;
     std::vector<torch::Tensor> matrices, decay, no_decay;
-    for (size_t i = 0; i < model.layout().size(); ++i) {
+    for (size_t i = 0; i < model->layout().size(); ++i) {
       const ParamGroup group = groups[i].group;
-      const torch::Tensor& p = model.params()[i];
+      const torch::Tensor& p = model->params()[i];
       if (use_muon && UsesMuon(group)) {
         matrices.push_back(p);
-        muon_names.push_back(model.layout()[i].name);
+        muon_names.push_back(model->layout()[i].name);
       } else {
         (Decays(group) ? decay : no_decay).push_back(p);
         adam_params.push_back(p);
@@ -101,36 +102,36 @@ struct Trainer::Impl {
   }
 
   torch::Tensor Batch(const std::vector<int64_t>& tokens) const {
-    return torch::tensor(tokens, torch::kInt64).view({static_cast<int64_t>(config.batch_size()), -1}).to(model.device());
+    return torch::tensor(tokens, torch::kInt64).view({static_cast<int64_t>(config.batch_size()), -1}).to(model->device());
   }
 
   // The parameters as one flat fp32 tensor on the device (a copy).
   torch::Tensor Flat() const {
-    torch::Tensor flat = torch::empty({static_cast<int64_t>(model.num_params())},
-                                      torch::TensorOptions(torch::kFloat32).device(model.device()));
-    model.StoreFlat(flat);
+    torch::Tensor flat = torch::empty({static_cast<int64_t>(model->num_params())},
+                                      torch::TensorOptions(torch::kFloat32).device(model->device()));
+    model->StoreFlat(flat);
     return flat;
   }
   // n floats of host memory, on the device (on the CPU: a view, valid while `p` is).
-  torch::Tensor OnDevice(const float* p) const { return HostFlat(p, model.num_params()).to(model.device()); }
+  torch::Tensor OnDevice(const float* p) const { return HostFlat(p, model->num_params()).to(model->device()); }
 
   // Forward and backward on a fresh batch (gradients clipped); returns the loss.
   double Gradients(const std::vector<int64_t>& tokens) {
-    for (torch::Tensor& p : model.params()) p.mutable_grad() = torch::Tensor();
+    for (torch::Tensor& p : model->params()) p.mutable_grad() = torch::Tensor();
     torch::Tensor loss;
     {
       Bf16Autocast autocast(device.bf16);
-      loss = model.Loss(Batch(tokens));
+      loss = model->Loss(Batch(tokens));
     }
     loss.backward();
-    if (config.grad_clip() > 0) torch::nn::utils::clip_grad_norm_(model.params(), config.grad_clip());
+    if (config.grad_clip() > 0) torch::nn::utils::clip_grad_norm_(model->params(), config.grad_clip());
     return loss.item<double>();
   }
 
   const v1::RunConfig config;
   const Corpus* corpus;
   const ComputeDevice device;
-  Gpt model;
+  std::unique_ptr<LanguageModel> model;
   const ParamLayout groups;  // the optimizer group of each of the model's tensors
   std::unique_ptr<torch::optim::AdamW> adamw;  // everything Muon does not take
   std::unique_ptr<Muon> muon;                  // hidden matrices, when inner_optimizer is muon
@@ -150,9 +151,9 @@ Trainer::Trainer(const v1::RunConfig& config, const Corpus* corpus, uint64_t see
     : impl_(std::make_unique<Impl>(config, corpus, seed, device, groups)) {}
 Trainer::~Trainer() = default;
 
-size_t Trainer::num_params() const { return impl_->model.num_params(); }
-void Trainer::SetParams(const float* flat) { impl_->model.LoadFlat(flat); }
-void Trainer::GetParams(float* flat) const { impl_->model.StoreFlat(flat); }
+size_t Trainer::num_params() const { return impl_->model->num_params(); }
+void Trainer::SetParams(const float* flat) { impl_->model->LoadFlat(flat); }
+void Trainer::GetParams(float* flat) const { impl_->model->StoreFlat(flat); }
 
 double Trainer::InnerStep(uint64_t step) {
   Impl& m = *impl_;
@@ -181,13 +182,13 @@ double Trainer::SignDirection(const float* global) {
   const double b1 = m.config.beta1(), b2 = m.config.beta2();
   ++m.sign_steps;
   size_t muon_i = 0, adam_i = 0;
-  for (size_t i = 0; i < m.model.params().size(); ++i) {
+  for (size_t i = 0; i < m.model->params().size(); ++i) {
     torch::Tensor dir;
     if (m.muon && UsesMuon(m.groups[i].group)) {
       dir = m.muon->Direction(muon_i++);
     } else {
       // Adam's direction m_hat / (sqrt(v_hat) + eps): its sign is what the worker votes.
-      const torch::Tensor& g = m.model.params()[i].grad();
+      const torch::Tensor& g = m.model->params()[i].grad();
       if (m.sign_m.size() <= adam_i) {
         m.sign_m.push_back(torch::zeros_like(g));
         m.sign_v.push_back(torch::zeros_like(g));
@@ -199,7 +200,7 @@ double Trainer::SignDirection(const float* global) {
       dir = m_hat / (v_hat.sqrt() + m.config.adam_eps());
       ++adam_i;
     }
-    const ParamInfo& info = m.model.layout()[i];
+    const ParamInfo& info = m.model->layout()[i];
     TensorOf(m.delta).slice(0, info.offset, info.offset + info.numel).copy_(dir.reshape({-1}));
   }
   return loss;
@@ -218,13 +219,6 @@ double Trainer::TrainSteps(uint64_t first_step, const StepCallback& after_step) 
   return loss_sum / steps;
 }
 
-double Trainer::TrainRound(const float* global, uint64_t first_step, const StepCallback& after_step) {
-  SetParams(global);
-  const double loss = TrainSteps(first_step, after_step);
-  DeltaFrom(global);
-  return loss;
-}
-
 DeviceFloats& Trainer::delta() { return impl_->delta; }
 
 void Trainer::MarkPush() { impl_->pushed = impl_->Flat(); }
@@ -233,7 +227,7 @@ void Trainer::Rebase(const float* pub) {
   torch::NoGradGuard no_grad;
   torch::Tensor theta = impl_->Flat();
   theta.add_(impl_->OnDevice(pub) - impl_->pushed);  // θ + (pub − θ_push)
-  impl_->model.LoadFlat(theta);
+  impl_->model->LoadFlat(theta);
 }
 
 void Trainer::DeltaFrom(const float* pub) {
@@ -249,9 +243,9 @@ double Trainer::Evaluate(const float* flat) {
   {
     torch::NoGradGuard no_grad;
     Bf16Autocast autocast(m.device.bf16);
-    for (const torch::Tensor& batch : m.eval_batches) sum += m.model.Loss(batch).item<double>();
+    for (const torch::Tensor& batch : m.eval_batches) sum += m.model->Loss(batch).item<double>();
   }
-  m.model.LoadFlat(saved);
+  m.model->LoadFlat(saved);
   return m.eval_batches.empty() ? 0.0 : sum / m.eval_batches.size();
 }
 

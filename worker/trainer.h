@@ -46,10 +46,6 @@ class Trainer {
   // the mean training loss over the steps taken.
   double TrainSteps(uint64_t first_step, const StepCallback& after_step = nullptr);
 
-  // SetParams(global), TrainSteps, delta() = global − local.
-  // Returns the mean training loss over the steps taken. `after_step` may be empty.
-  double TrainRound(const float* global, uint64_t first_step, const StepCallback& after_step = nullptr);
-
   // SignMuon: one gradient at `global`; writes each tensor's direction (Muon's polar factor
   // of its momentum for hidden matrices, Adam's m_hat / (sqrt(v_hat) + eps) for the rest)
   // into delta(); its signs are the worker's vote. Returns the batch loss.

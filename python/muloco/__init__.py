@@ -13,8 +13,9 @@ Worker joins with the same TLS and token options as muloco-worker, checks the mo
 the run's layout (the server refuses a model that differs, naming the tensor), loads the
 public model into it, and sync() pushes the pseudo-gradient (compressed, with error
 feedback, checksummed: all in C++, muloco._muloco), waits for the round and writes the new
-public model into the model's parameters in place. No copy of the model is kept on the
-Python side: CPU float32 parameters are handed over as views."""
+public model into the model's parameters in place (Worker(overlap=True): pushes and returns
+at once, and after_step() rebases the parameters when the new model arrives). No copy of the
+model is kept on the Python side: CPU float32 parameters are handed over as views."""
 
 import importlib
 

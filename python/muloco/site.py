@@ -13,6 +13,8 @@ class SiteWorker:
     Worker's keyword arguments (token_file, tls_ca, insecure, ...) reach rank 0's Worker."""
 
     def __init__(self, model, server, group=None, **worker_args):
+        if worker_args.get("overlap"):
+            raise ValueError("overlap is for a single-process Worker: a site's ranks land the model together")
         self.group = group
         self.rank = dist.get_rank(group)
         self._params = [p for _, p in model.named_parameters()]

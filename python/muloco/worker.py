@@ -20,18 +20,23 @@ def save_initial(model, path, metadata=None):
 class Worker:
     """One worker of a run, training `model` (a torch.nn.Module, or anything with
     named_parameters()). Leaves the run on SIGTERM (and exits 0), on leave(), or at the end
-    of a `with` block."""
+    of a `with` block.
+
+    overlap=True hides the exchange behind compute, as muloco-worker --overlap: sync() pushes
+    and returns at once, the loop trains the next round from its own parameters, and
+    after_step() (call it after each inner step) rebases them onto the new public model when
+    it arrives, or after exactly `overlap_steps` steps when that is set (reproducible runs)."""
 
     def __init__(self, model, server, name="", token=None, token_file=None, insecure=False, tls_ca="", tls_cert="",
                  tls_key="", tls_server_name="", heartbeat_s=5.0, connect_timeout_s=60.0, retry_timeout_s=600.0,
-                 leave_on_sigterm=True):
+                 leave_on_sigterm=True, overlap=False, overlap_steps=0):
         self._params = dict(model.named_parameters())
         tensors = [(n, list(p.shape)) for n, p in self._params.items()]
         self._native = _NativeWorker(server, tensors, name=name or f"py-{os.getpid()}",
                                      token=token or "", token_file=token_file or "", insecure=insecure, tls_ca=tls_ca,
                                      tls_cert=tls_cert, tls_key=tls_key, tls_server_name=tls_server_name,
                                      heartbeat_s=heartbeat_s, connect_timeout_s=connect_timeout_s,
-                                     retry_timeout_s=retry_timeout_s)
+                                     retry_timeout_s=retry_timeout_s, overlap=overlap, overlap_steps=overlap_steps)
         self._native.join()
         self.config = self._native.config()
         self.layout = self._native.layout()  # [(name, shape, group)] in the run's order
@@ -43,7 +48,7 @@ class Worker:
 
     @property
     def round(self):
-        """The round of the public model the parameters hold (the one being trained)."""
+        """The round being trained (with overlap: the one after the push in flight)."""
         return self._native.round
 
     @property
@@ -103,12 +108,22 @@ class Worker:
 
     def sync(self, loss=0.0, tokens=0, steps=None, train_seconds=0.0):
         """Ends the round: pushes θ_pub − θ, waits for the round to close and writes the new
-        public model into the parameters. Returns {"round", "applied", "done", "contributors",
-        "checksum"}; "applied" False: the round's work was dropped (the push came too late, or
-        the worker was resynced) and the parameters hold the server's model."""
+        public model into the parameters. Returns {"round", "applied", "in_flight", "done",
+        "contributors", "checksum"}; "applied" False: the round's work was dropped (the push
+        came too late, or the worker was resynced) and the parameters hold the server's
+        model. With overlap it lands the flight still in the air (waiting for it), pushes and
+        returns at once ("in_flight" True)."""
         steps = self.inner_steps if steps is None else steps
         return self._exchange(lambda buffers: self._native.sync(buffers, float(loss), int(tokens), int(steps),
                                                                 float(train_seconds)))
+
+    def after_step(self):
+        """With overlap, after each inner step: rebases the parameters onto the new public
+        model once it is due (θ += θ_pub,new − θ_pushed). Returns whether it landed."""
+        if not self._native.land_due():
+            return False
+        self._exchange(lambda buffers: self._native.land(buffers))
+        return True
 
     def save_final(self, path):
         """The parameters as raw little-endian float32 in the run's order: muloco-server
@@ -118,9 +133,14 @@ class Worker:
                 .astype("<f4").tofile(path)
 
     def leave(self):
+        """Leaves the run, after landing a flight still in the air (the parameters then hold
+        the run's model)."""
         if not self._left:
             self._left = True
-            self._native.leave()
+            if self._native.in_flight:
+                self._exchange(lambda buffers: self._native.leave(buffers))
+            else:
+                self._native.leave()
 
     def __enter__(self):
         return self
@@ -129,7 +149,9 @@ class Worker:
         self.leave()
 
     def _on_sigterm(self, signum, frame):
-        self.leave()
+        if not self._left:  # a flight still in the air is dropped: SIGTERM does not wait for its round
+            self._left = True
+            self._native.leave()
         sys.exit(0)
 
     def _exchange(self, call):

@@ -2,7 +2,8 @@
 """A Python worker (the muloco package) for muloco's built-in GPT, to run beside C++ workers:
 the parameters under the layout's names (common/model_layout.cc), the forward pass of
 tests/reference/torch_reference.py, torch's AdamW with the run's settings and schedule, batches
-of the fortunes bytes (examples/train_llama.py's sampling). Under torchrun the ranks are one
+of the fortunes bytes (examples/train_llama.py's sampling); --overlap_steps=K: with overlap,
+each update landing after exactly K steps of the next round. Under torchrun the ranks are one
 site (muloco.SiteWorker, gloo): each samples its own batches, gradients are averaged over the
 ranks, and each rank prints the checksum of the model it holds after every round.
 
@@ -11,6 +12,7 @@ ranks, and each rank prints the checksum of the model it holds after every round
 import argparse
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -57,6 +59,7 @@ def main():
     ap.add_argument("--context", type=int, default=32)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--save_final")
+    ap.add_argument("--overlap_steps", type=int, default=0, help="overlap, landing after exactly this many steps")
     args = ap.parse_args()
     torch.set_num_threads(1)
     model = Gpt(256, args.n_layer, args.d_model, args.context)
@@ -69,11 +72,13 @@ def main():
         rank = dist.get_rank()
     gen = torch.Generator().manual_seed(args.seed + 1000 * rank)
     join = muloco.SiteWorker if site else muloco.Worker
-    with join(model, args.server, name="py", insecure=True) as worker:
+    overlap = {"overlap": True, "overlap_steps": args.overlap_steps} if args.overlap_steps else {}
+    with join(model, args.server, name="py", insecure=True, **overlap) as worker:
         c = worker.config
         groups = [{"params": [model.P[n] for n, _ in model.named_parameters() if (len(model.P[n].shape) >= 2) == decay],
                    "weight_decay": c["weight_decay"] if decay else 0.0} for decay in (True, False)]
         opt = torch.optim.AdamW(groups, lr=c["inner_lr"], betas=(c["beta1"], c["beta2"]), eps=c["adam_eps"])
+        sync_s = []  # wall time of each sync(): the outer step as the loop sees it
         while not worker.done:
             losses = []
             for i in range(worker.inner_steps):
@@ -90,9 +95,17 @@ def main():
                 torch.nn.utils.clip_grad_norm_(list(model.P.values()), c["grad_clip"])
                 opt.step()
                 losses.append(loss.item())
+                if overlap and worker.after_step():
+                    print(f"rank {rank} landed round {worker.round - 1} after step {i + 1}", flush=True)
+            t0 = time.perf_counter()
             out = worker.sync(loss=sum(losses) / len(losses), tokens=worker.inner_steps * c["batch_size"] * args.context)
+            sync_s.append(time.perf_counter() - t0)
             print(f"rank {rank} round {out['round'] - 1} train_loss {sum(losses) / len(losses):.4f} "
                   f"applied {out['applied']} checksum {checksum(model):016x}", flush=True)
+        print(f"rank {rank} sync: {1e3 * sum(sync_s) / max(len(sync_s), 1):.2f} ms per round over {len(sync_s)} rounds",
+              flush=True)
+        if overlap:
+            worker.leave()  # lands the last flight: the parameters then hold the run's final model
         if args.save_final:
             torch.cat([p.detach().reshape(-1) for p in model.P.values()]).numpy().astype("<f4").tofile(
                 f"{args.save_final}.{rank}" if site else args.save_final)

@@ -2,7 +2,8 @@
 the server's, bit for bit; the final loss that of two C++ workers within the seeds' spread),
 and training a model defined in plain PyTorch that is not the built-in GPT (examples/train_llama.py: RMSNorm, rotary positions, SwiGLU), started from
 --init_model, against a real server: every worker ends with the server's model bit for bit,
-validation loss falls, the export holds the user's tensor names; a model that differs is
+validation loss falls, the export holds the user's tensor names; with overlap, a Python worker
+lands each update after the same step as a C++ worker beside it; a model that differs is
 refused at Join with the tensor named."""
 import os
 import re
@@ -52,6 +53,24 @@ class PythonWorker(ClusterTest):
         # up to 3.5% from seed 1's. The Python worker samples its own batches, with torch's
         # AdamW and the run's schedule: the bound is that spread, 4% of the reference.
         self.assertLess(abs(mixed - reference) / reference, 0.04)
+
+    def test_with_overlap_a_python_worker_lands_each_update_as_the_cpp_worker_does(self):
+        # Both workers land round r's update after exactly 2 steps of round r + 1; both end
+        # with the server's final model bit for bit.
+        server, addr = self.start_server(*GPT_RUN, f"--save_final={self.path('server.bin')}", name="ovserver")
+        cxx = self.start_worker(addr, f"--save_final={self.path('cxx.bin')}", "--name=cxx", "--overlap",
+                                "--overlap_steps=2", name="ovcxx")
+        py = Proc([sys.executable, GPT_WORKER, f"--server={addr}", f"--save_final={self.path('py.bin')}",
+                   "--overlap_steps=2"], self.path("ovpy.log"), env=ENV)
+        self.procs.append(py)
+        for w in (cxx, py):
+            self.assertEqual(w.wait(timeout=300), 0, w.text())
+        self.assertEqual(server.wait(timeout=60), 0, server.text())
+        self.assertEqual(len(re.findall(r"round \d+ closed: 2 contributors", server.text())), 6, server.text())
+        landed = re.findall(r"landed round (\d+) after step (\d+)", py.text())
+        self.assertEqual(landed, [(str(r), "2") for r in range(5)], py.text())  # the last lands at leave
+        self.assertEqual(self.read_bytes("py.bin"), self.read_bytes("server.bin"))
+        self.assertEqual(self.read_bytes("cxx.bin"), self.read_bytes("server.bin"))
 
     def test_a_torchrun_site_of_two_gloo_ranks_is_one_worker(self):
         server, addr = self.start_server(*GPT_RUN, f"--save_final={self.path('server.bin')}", name="siteserver")

@@ -59,7 +59,7 @@ struct Outcome {
 Outcome RunInProcess(const v1::RunConfig& config, int workers, std::vector<float> initial = {},
                      bool init_from_seed = true, uint32_t faulty_rounds = 0) {
   torch::set_num_threads(1);
-  const ParamLayout layout = GptLayout(config.model());
+  const ParamLayout layout = BuiltinLayout(config.model());
   ServerOptions so;
   so.round_timeout_s = 600;  // every worker is waited for
   SystemClock clock;
@@ -119,10 +119,10 @@ TEST(InProcessWorkers, ThreeMuLoCoWorkersEndBitIdenticalToTheEngine) {
   EXPECT_EQ(out.stats.rounds_closed, 4u);
   EXPECT_EQ(out.stats.pushes_accepted, 4u * 3);  // nobody missed a round
   EXPECT_EQ(out.stats.last_contributors, 3u);
-  ASSERT_EQ(out.theta_pub.size(), TotalParams(GptLayout(config.model())));
+  ASSERT_EQ(out.theta_pub.size(), TotalParams(BuiltinLayout(config.model())));
   ExpectReplicasAreTheEngines(out);
   // The model moved: training happened.
-  const std::vector<float> init = InitParams(config.model(), GptLayout(config.model()));
+  const std::vector<float> init = InitParams(config.model(), BuiltinLayout(config.model()));
   EXPECT_NE(std::memcmp(init.data(), out.theta_pub.data(), init.size() * sizeof(float)), 0);
   // A fresh run's initial model is built from the config's seed: nothing was fetched.
   EXPECT_EQ(out.fetches, std::vector<uint64_t>(3, 0));
@@ -130,7 +130,7 @@ TEST(InProcessWorkers, ThreeMuLoCoWorkersEndBitIdenticalToTheEngine) {
 
 TEST(InProcessWorkers, AnInitialModelOtherThanTheSeedsIsFetched) {
   const v1::RunConfig config = TinyRun("muloco-2bit", 2);
-  std::vector<float> initial = InitParams(config.model(), GptLayout(config.model()));
+  std::vector<float> initial = InitParams(config.model(), BuiltinLayout(config.model()));
   initial[7] += 0.5f;  // what the seed gives, but for one parameter: the checksums differ
   const Outcome out = RunInProcess(config, 2, initial);
   for (int code : out.codes) EXPECT_EQ(code, 0);
@@ -164,7 +164,7 @@ TEST(InProcessWorkers, SignMuonWorkersVoteThroughTheSameSeam) {
 
 TEST(LocalTransport, SpeaksTheEngineCodes) {
   const v1::RunConfig config = TinyRun("diloco", 2);
-  const ParamLayout layout = GptLayout(config.model());
+  const ParamLayout layout = BuiltinLayout(config.model());
   FakeClock clock;
   RoundEngine engine(EngineOptionsFor(ServerOptions{}, config, layout), InitParams(config.model(), layout), &clock);
   LocalTransport t(&engine, config);

@@ -1,10 +1,11 @@
-// Layouts: the GPT's offsets tile the flat buffer, counts match the closed form, init is
+// Layouts: the GPT's and LLaMA's offsets tile the flat buffer, counts match the closed form, init is
 // seeded; the Muon rule, the layout checks, the named difference and the wire form; and
 // run-config validation refuses bad values.
 #include "common/model_layout.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 
 #include "common/run_config.h"
@@ -47,6 +48,63 @@ TEST(ModelLayout, TheDefaultRuleGroupsTheGptAsItIsBuilt) {
   for (size_t i = 0; i < gpt.size(); ++i) EXPECT_EQ(regrouped[i].group, gpt[i].group) << gpt[i].name;
   EXPECT_EQ(gpt[0].group, ParamGroup::kAdamW);  // wte
   EXPECT_EQ(gpt[4].group, ParamGroup::kMuon);   // h.0.attn.qkv.weight
+}
+
+v1::ModelSpec LlamaSpec(uint32_t n_kv_head, bool tied) {
+  v1::ModelSpec s = DefaultRunConfig().model();
+  s.set_arch("llama");
+  s.set_n_kv_head(n_kv_head);
+  s.set_tie_embeddings(tied);
+  return s;
+}
+
+TEST(ModelLayout, LlamaHasHuggingFaceNamesAndTheClosedFormCount) {
+  const v1::ModelSpec s = LlamaSpec(/*n_kv_head=*/2, /*tied=*/false);  // 4 query heads, 2 key/value heads
+  ASSERT_TRUE(ValidateModelSpec(s).ok()) << ValidateModelSpec(s);
+  const ParamLayout l = BuiltinLayout(s);
+  const size_t V = s.vocab_size(), d = s.d_model(), L = s.n_layer(), kv = d / 2, f = FfnDim(s);
+  EXPECT_EQ(f, 176u);  // 8/3 * 64 = 170.7, up to a multiple of 8
+  EXPECT_EQ(TotalParams(l), 2 * V * d + L * (2 * d * d + 2 * kv * d + 3 * f * d + 2 * d) + d);
+  EXPECT_EQ(l.front().name, "model.embed_tokens.weight");
+  EXPECT_EQ(l[1].name, "model.layers.0.input_layernorm.weight");
+  EXPECT_EQ(l[3].name, "model.layers.0.self_attn.k_proj.weight");
+  EXPECT_EQ(l[3].shape, (std::vector<int64_t>{static_cast<int64_t>(kv), static_cast<int64_t>(d)}));
+  EXPECT_EQ(l[9].name, "model.layers.0.mlp.down_proj.weight");
+  EXPECT_EQ(l.back().name, "lm_head.weight");
+  for (const ParamInfo& p : l) {  // the default rule: embeddings and head AdamW, hidden matrices Muon
+    const ParamGroup want = p.shape.size() == 1 ? ParamGroup::kAdamWNoDecay
+                            : p.name == "model.embed_tokens.weight" || p.name == "lm_head.weight" ? ParamGroup::kAdamW
+                                                                                                  : ParamGroup::kMuon;
+    EXPECT_EQ(p.group, want) << p.name;
+  }
+  const ParamLayout tied = BuiltinLayout(LlamaSpec(0, true));
+  EXPECT_EQ(TotalParams(tied), TotalParams(l) - V * d + L * 2 * (d - kv) * d);  // no head; full-width k, v
+  EXPECT_EQ(tied.back().name, "model.norm.weight");
+  // Residual projections start smaller (GPT-2's 1/sqrt(2 n_layer)), the others do not.
+  const std::vector<float> init = InitParams(s, l);
+  auto rms = [&](const ParamInfo& p) {
+    double sum = 0;
+    for (size_t i = 0; i < p.numel; ++i) sum += init[p.offset + i] * init[p.offset + i];
+    return std::sqrt(sum / p.numel);
+  };
+  EXPECT_NEAR(rms(l[2]), 0.02, 0.002);                                   // q_proj
+  EXPECT_NEAR(rms(l[5]), 0.02 / std::sqrt(2.0 * L), 0.002);              // o_proj
+  EXPECT_NEAR(rms(l[9]), 0.02 / std::sqrt(2.0 * L), 0.002);              // down_proj
+  EXPECT_EQ(init[l[1].offset], 1.0f);                                    // RMSNorm gain
+}
+
+TEST(ModelLayout, LlamaSpecsAreChecked) {
+  EXPECT_FALSE(ValidateModelSpec(LlamaSpec(3, false)).ok());  // 3 does not divide 4 heads
+  EXPECT_FALSE(ValidateModelSpec(LlamaSpec(8, false)).ok());  // more key/value heads than heads
+  v1::ModelSpec gpt = DefaultRunConfig().model();
+  gpt.set_n_kv_head(2);
+  EXPECT_FALSE(ValidateModelSpec(gpt).ok());  // llama's fields on a GPT
+  v1::ModelSpec odd = LlamaSpec(0, false);
+  odd.set_n_head(64);  // head width 1: rotary needs pairs
+  EXPECT_FALSE(ValidateModelSpec(odd).ok());
+  v1::ModelSpec unknown = DefaultRunConfig().model();
+  unknown.set_arch("mamba");
+  EXPECT_FALSE(ValidateModelSpec(unknown).ok());
 }
 
 TEST(ModelLayout, TheRuleCoversOtherConventionsAndCanBeChanged) {

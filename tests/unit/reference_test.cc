@@ -1,6 +1,7 @@
 // Golden checks against PyTorch (Debian's python3-torch) run by tests/reference/torch_reference.py:
-// the outer Nesterov step equals torch.optim.SGD(nesterov=True); H inner steps of our GPT with
-// AdamW, schedule and clipping equal a from-scratch PyTorch GPT with torch.optim.AdamW; Muon
+// the outer Nesterov step equals torch.optim.SGD(nesterov=True); H inner steps of our GPT and
+// LLaMA with AdamW (or Muon and AdamW), schedule and clipping equal from-scratch PyTorch
+// models with torch.optim.AdamW (and the reference's Muon); Muon
 // steps equal an independent PyTorch Muon.
 #include <gtest/gtest.h>
 
@@ -82,14 +83,18 @@ TEST(Reference, OuterNesterovSgdMatchesTorch) { ExpectOuterSgdMatchesTorch(0.7f,
 TEST(Reference, OuterPlainMomentumMatchesTorch) { ExpectOuterSgdMatchesTorch(0.5f, 0.8f, false); }
 TEST(Reference, OuterAveragingMatchesTorch) { ExpectOuterSgdMatchesTorch(1.0f, 0.0f, false); }
 
-TEST(Reference, GptInnerAdamWStepsMatchTorch) {
+// H inner steps (AdamW, or Muon for the hidden matrices and AdamW for the rest) of the
+// built-in model `m` through Trainer against the reference's own implementation of the same
+// architecture and optimizers: each step's loss to 1e-5, the parameters to 2e-5.
+void ExpectInnerStepsMatchTorch(const v1::ModelSpec& model, bool muon = false) {
   v1::RunConfig c = *PresetConfig("diloco");
+  *c.mutable_model() = model;
+  if (muon) {
+    c.set_inner_optimizer("muon");
+    c.set_muon_lr(0.02f);
+    c.set_muon_weight_decay(0.05f);
+  }
   v1::ModelSpec* m = c.mutable_model();
-  m->set_n_layer(2);
-  m->set_n_head(2);
-  m->set_d_model(16);
-  m->set_context(12);
-  m->set_vocab_size(40);
   c.set_batch_size(3);
   c.set_inner_steps(4);
   c.set_total_rounds(2);
@@ -97,8 +102,9 @@ TEST(Reference, GptInnerAdamWStepsMatchTorch) {
   c.set_inner_lr(1e-2f);
   c.set_inner_min_lr_ratio(0.1f);  // a decaying cosine (the preset's inner lr is constant)
   c.set_grad_clip(0.5f);  // small enough that clipping is active
+  ASSERT_TRUE(ValidateRunConfig(c).ok()) << ValidateRunConfig(c);
   const size_t steps = 8;
-  const ParamLayout layout = GptLayout(*m);
+  const ParamLayout layout = BuiltinLayout(*m);
   std::vector<float> params = InitParams(*m, layout);
   std::vector<int64_t> tokens(steps * c.batch_size() * (m->context() + 1));
   std::mt19937 rng(5);
@@ -111,11 +117,17 @@ TEST(Reference, GptInnerAdamWStepsMatchTorch) {
   for (size_t i = 0; i < layout.size(); ++i) {
     layout_json << (i ? ", " : "") << "[\"" << layout[i].name << "\", [";
     for (size_t j = 0; j < layout[i].shape.size(); ++j) layout_json << (j ? ", " : "") << layout[i].shape[j];
-    layout_json << "]]";
+    layout_json << "], \"" << (UsesMuon(layout[i].group) ? "muon" : "adamw") << "\"]";
   }
   std::ofstream(dir + "/config.json")
       << "{\"steps\": " << steps << ", \"batch\": " << c.batch_size() << ", \"context\": " << m->context()
       << ", \"d_model\": " << m->d_model() << ", \"n_head\": " << m->n_head() << ", \"n_layer\": " << m->n_layer()
+      << ", \"arch\": \"" << (IsLlama(*m) ? "llama" : "gpt") << "\", \"n_kv_head\": " << KvHeads(*m)
+      << ", \"tie_embeddings\": " << (m->tie_embeddings() ? "true" : "false")
+      << ", \"inner\": \"" << c.inner_optimizer() << "\", \"muon\": {\"lr\": " << c.muon_lr()
+      << ", \"weight_decay\": " << c.muon_weight_decay() << ", \"momentum\": " << c.muon_momentum()
+      << ", \"nesterov\": true, \"ns_steps\": " << c.ns_steps()
+      << ", \"coeffs\": [3.4445, -4.7750, 2.0315], \"scale\": \"" << c.muon_scale() << "\"}"
       << ", \"inner_lr\": " << c.inner_lr() << ", \"warmup_steps\": " << c.warmup_steps()
       << ", \"total_rounds\": " << c.total_rounds() << ", \"inner_steps\": " << c.inner_steps()
       << ", \"min_lr_ratio\": " << c.inner_min_lr_ratio() << ", \"beta1\": " << c.beta1()
@@ -147,6 +159,42 @@ TEST(Reference, GptInnerAdamWStepsMatchTorch) {
   }
   EXPECT_GT(moved, 1e-2);      // the reference really trained
   EXPECT_LT(max_diff, 2e-5);   // and we land on the same parameters
+}
+
+v1::ModelSpec SmallSpec(const std::string& arch) {
+  v1::ModelSpec m;
+  m.set_arch(arch);
+  m.set_n_layer(2);
+  m.set_n_head(2);
+  m.set_d_model(16);
+  m.set_context(12);
+  m.set_vocab_size(40);
+  m.set_init_seed(1234);
+  return m;
+}
+
+TEST(Reference, GptInnerAdamWStepsMatchTorch) { ExpectInnerStepsMatchTorch(SmallSpec("gpt")); }
+TEST(Reference, GptInnerMuonStepsMatchTorch) { ExpectInnerStepsMatchTorch(SmallSpec("gpt"), /*muon=*/true); }
+
+TEST(Reference, LlamaInnerAdamWStepsMatchTorch) {
+  v1::ModelSpec m = SmallSpec("llama");
+  m.set_n_head(4);
+  m.set_n_kv_head(2);  // grouped-query attention: two query heads per key/value head
+  m.set_ffn_dim(24);
+  ExpectInnerStepsMatchTorch(m);
+}
+
+TEST(Reference, LlamaInnerMuonStepsMatchTorch) {
+  v1::ModelSpec m = SmallSpec("llama");
+  m.set_n_head(4);
+  m.set_n_kv_head(2);
+  ExpectInnerStepsMatchTorch(m, /*muon=*/true);
+}
+
+TEST(Reference, LlamaTiedInnerAdamWStepsMatchTorch) {
+  v1::ModelSpec m = SmallSpec("llama");
+  m.set_tie_embeddings(true);  // ffn_dim 0: the default width, 48 for d_model 16
+  ExpectInnerStepsMatchTorch(m);
 }
 
 void ExpectMuonMatchesTorch(bool nesterov, MuonScale scale) {

@@ -10,7 +10,7 @@
 #include "common/model_layout.h"
 #include "common/run_config.h"
 #include "worker/data.h"
-#include "worker/gpt.h"
+#include "worker/language_model.h"
 
 namespace muloco {
 namespace {
