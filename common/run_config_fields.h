@@ -26,6 +26,8 @@
   X(uint32_t, n_kv_head, "model.n_kv_head", 0, "Model (llama): key/value heads, grouped-query attention (0: n_head)") \
   X(uint32_t, ffn_dim, "model.ffn_dim", 0, "Model (llama): SwiGLU hidden width (0: 8/3 d_model, multiple of 8)")     \
   X(bool, tie_embeddings, "model.tie_embeddings", false, "Model (llama): the LM head is the token embedding")       \
+  X(uint64_t, tokenizer_checksum, "model.tokenizer_checksum", 0,                                                     \
+    "Model: the tokenizer of the workers' token shards, as muloco-prepare prints it (0: the corpus is bytes)")      \
   X(uint32_t, inner_steps, "inner_steps", 20, "H: inner optimizer steps per round")                                  \
   X(uint32_t, rounds, "total_rounds", 10, "Outer rounds in the run")                                                 \
   X(uint32_t, batch_size, "batch_size", 16, "Sequences per inner step (per worker)")                                 \

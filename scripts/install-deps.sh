@@ -5,7 +5,7 @@ set -euo pipefail
 PKGS=(build-essential cmake pkg-config ccache
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
       libtorch-dev libxxhash-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
-      clang libclang-rt-14-dev pybind11-dev python3-dev
+      clang libclang-rt-14-dev pybind11-dev python3-dev libsentencepiece-dev
       prometheus python3-torch python3-grpcio python3-protobuf python3-xxhash fortunes openssl docker-compose python3-yaml gnuplot-nox)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -16,7 +16,8 @@ namespace muloco {
 
 int RunBaseline(const v1::RunConfig& config, const WorkerOptions& o) {
   absl::StatusOr<Corpus> corpus =
-      LoadCorpus(o.data, o.val_data, config.model().vocab_size(), config.model().context());
+      LoadCorpus(o.data, o.val_data, config.model().vocab_size(), config.model().context(),
+                 config.model().tokenizer_checksum());
   if (!corpus.ok()) {
     std::fprintf(stderr, "muloco-worker: data: %s\n", corpus.status().ToString().c_str());
     return 1;

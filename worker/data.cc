@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/match.h"
 #include "common/file_io.h"
+#include "common/token_shards.h"
 
 namespace muloco {
 namespace {
@@ -17,6 +18,11 @@ namespace {
 bool IsDir(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool IsFile(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 // Text files of a directory, sorted by name; skips fortune index (.dat) files, symlinks
@@ -44,31 +50,46 @@ void AppendBytes(absl::string_view text, std::vector<uint16_t>& out) {
 }
 
 absl::StatusOr<Corpus> LoadText(const std::string& path) {
-  std::vector<std::string> files;
-  if (IsDir(path)) {
-    absl::StatusOr<std::vector<std::string>> f = TextFiles(path);
-    if (!f.ok()) return f.status();
-    files = *std::move(f);
-  } else {
-    files.push_back(path);
-  }
+  absl::StatusOr<Documents> docs = ReadDocuments(path);
+  if (!docs.ok()) return docs.status();
   Corpus c;
-  size_t docs = 0;
-  for (const std::string& file : files) {
-    absl::StatusOr<std::string> text = ReadFile(file);
-    if (!text.ok()) return text.status();
-    std::vector<absl::string_view> parts = absl::StrSplit(*text, "\n%\n");
-    if (parts.size() == 1) {  // not fortune-formatted: 1 KiB blocks are the documents
-      parts.clear();
-      for (size_t i = 0; i < text->size(); i += 1024) parts.push_back(absl::string_view(*text).substr(i, 1024));
+  for (const std::string& d : docs->train) AppendBytes(d, c.train);
+  for (const std::string& d : docs->val) AppendBytes(d, c.val);
+  c.description = absl::StrCat("text ", path, " (", docs->files, " files, ", docs->train.size() + docs->val.size(),
+                               " documents)");
+  return c;
+}
+
+// A muloco-prepare directory: val.bin and the other .bin files (train shards, in name
+// order), each checked against the run's vocabulary and tokenizer.
+absl::StatusOr<Corpus> LoadShards(const std::string& dir, uint32_t vocab_size, uint64_t tokenizer) {
+  absl::StatusOr<std::vector<std::string>> files = TextFiles(dir);
+  if (!files.ok()) return files.status();
+  Corpus c;
+  size_t shards = 0;
+  for (const std::string& file : *files) {
+    if (!absl::EndsWith(file, ".bin")) continue;
+    absl::StatusOr<std::string> bytes = ReadFile(file);
+    if (!bytes.ok()) return bytes.status();
+    absl::StatusOr<TokenShard> shard = ParseShard(*bytes);
+    if (!shard.ok()) return absl::InvalidArgumentError(absl::StrCat(file, ": ", shard.status().message()));
+    if (shard->vocab_size != vocab_size) {
+      return absl::FailedPreconditionError(absl::StrCat(file, ": tokenized for a vocabulary of ", shard->vocab_size,
+                                                        "; the run's is ", vocab_size, " (--vocab_size)"));
     }
-    for (absl::string_view doc : parts) {
-      std::vector<uint16_t>& dst = (docs++ % 10 == 9) ? c.val : c.train;
-      AppendBytes(doc, dst);
-      AppendBytes("\n%\n", dst);
+    if (shard->tokenizer != tokenizer) {
+      return absl::FailedPreconditionError(
+          tokenizer == 0 ? absl::StrCat(file, ": tokenized by tokenizer ", shard->tokenizer,
+                                        ", and the run names none: start the server with --tokenizer_checksum=",
+                                        shard->tokenizer)
+                         : absl::StrCat(file, ": tokenized by tokenizer ", shard->tokenizer, ", not the run's ",
+                                        tokenizer, ": prepare the data with the run's tokenizer.model"));
     }
+    std::vector<uint16_t>& dst = absl::EndsWith(file, "/val.bin") ? c.val : c.train;
+    dst.insert(dst.end(), shard->tokens.begin(), shard->tokens.end());
+    shards += absl::EndsWith(file, "/val.bin") ? 0 : 1;
   }
-  c.description = absl::StrCat("text ", path, " (", files.size(), " files, ", docs, " documents)");
+  c.description = absl::StrCat("shards ", dir, " (", shards, " train + val.bin, tokenizer ", tokenizer, ")");
   return c;
 }
 
@@ -83,11 +104,48 @@ absl::StatusOr<std::vector<uint16_t>> ReadTokens(const std::string& path) {
 
 }  // namespace
 
+absl::StatusOr<Documents> ReadDocuments(const std::string& path) {
+  std::vector<std::string> files;
+  if (IsDir(path)) {
+    absl::StatusOr<std::vector<std::string>> f = TextFiles(path);
+    if (!f.ok()) return f.status();
+    files = *std::move(f);
+  } else {
+    files.push_back(path);
+  }
+  Documents out;
+  out.files = files.size();
+  size_t docs = 0;
+  for (const std::string& file : files) {
+    absl::StatusOr<std::string> text = ReadFile(file);
+    if (!text.ok()) return text.status();
+    std::vector<absl::string_view> parts = absl::StrSplit(*text, "\n%\n");
+    if (parts.size() == 1) {  // not fortune-formatted: 1 KiB blocks are the documents
+      parts.clear();
+      for (size_t i = 0; i < text->size(); i += 1024) parts.push_back(absl::string_view(*text).substr(i, 1024));
+    }
+    for (absl::string_view doc : parts) {
+      ((docs++ % 10 == 9) ? out.val : out.train).push_back(absl::StrCat(doc, "\n%\n"));
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<Corpus> LoadCorpus(const std::string& given_path, const std::string& val_path, uint32_t vocab_size,
-                                  size_t window) {
+                                  size_t window, uint64_t tokenizer) {
   const std::string path = given_path.empty() ? kDefaultCorpus : given_path;
+  const bool shards = IsDir(path) && IsFile(path + "/val.bin");
+  if (tokenizer != 0 && !shards) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the run's tokens come from tokenizer ", tokenizer, ": give --data the directory muloco-prepare wrote with it, not ",
+        path));
+  }
   absl::StatusOr<Corpus> corpus;
-  if (absl::EndsWith(path, ".bin")) {
+  if (shards) {
+    if (!val_path.empty()) return absl::InvalidArgumentError("--val_data: a shard directory holds its own val.bin");
+    corpus = LoadShards(path, vocab_size, tokenizer);
+    if (!corpus.ok()) return corpus.status();
+  } else if (absl::EndsWith(path, ".bin")) {
     corpus.emplace();
     absl::StatusOr<std::vector<uint16_t>> train = ReadTokens(path);
     if (!train.ok()) return train.status();

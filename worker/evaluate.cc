@@ -100,7 +100,8 @@ int RunEvaluate(const v1::RunConfig& config, const WorkerOptions& o, const std::
     std::fprintf(stderr, "muloco-worker: --evaluate needs --eval_batches >= 1\n");
     return 2;
   }
-  absl::StatusOr<Corpus> corpus = LoadCorpus(o.data, o.val_data, config.model().vocab_size(), config.model().context());
+  absl::StatusOr<Corpus> corpus = LoadCorpus(o.data, o.val_data, config.model().vocab_size(),
+                                             config.model().context(), config.model().tokenizer_checksum());
   if (!corpus.ok()) {
     std::fprintf(stderr, "muloco-worker: data: %s\n", corpus.status().ToString().c_str());
     return 1;

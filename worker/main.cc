@@ -23,7 +23,9 @@
 
 ABSL_FLAG(std::string, server, "localhost:7070", "Aggregation server address (host:port)");
 ABSL_FLAG(std::string, name, "", "Worker label in server logs (default: worker-PID)");
-ABSL_FLAG(std::string, data, "", "Corpus: a text directory or file, or a nanoGPT .bin token file (default: fortunes)");
+ABSL_FLAG(std::string, data, "",
+          "Corpus: a text directory or file, a nanoGPT .bin token file, or a muloco-prepare shard directory "
+          "(default: fortunes)");
 ABSL_FLAG(std::string, val_data, "", "Validation .bin token file (default: last 10% of --data)");
 ABSL_FLAG(double, heartbeat_s, 5, "Seconds between heartbeats");
 ABSL_FLAG(double, connect_timeout_s, 60, "Keep retrying to join an unavailable server this long");

@@ -335,7 +335,8 @@ std::optional<int> WorkerSession::Start() {
   // At once, so that round 0 is as unlikely as can be to close before this worker trains it.
   const bool built = o_.init_from_seed && core_.joined_round() == 0 && BuildSeededModel(core_.joined_checksum());
   absl::StatusOr<Corpus> corpus =
-      LoadCorpus(o_.data, o_.val_data, config_.model().vocab_size(), config_.model().context());
+      LoadCorpus(o_.data, o_.val_data, config_.model().vocab_size(), config_.model().context(),
+                 config_.model().tokenizer_checksum());
   if (!corpus.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat("data: ", corpus.status().message())));
   corpus_.emplace(*std::move(corpus));
   Logf(tag_.c_str(), "data %s; device %s", corpus_->description.c_str(), o_.device.Name().c_str());

@@ -1,4 +1,5 @@
-// Corpus loading (text directories, fortune documents, uint16 token files), validation of
+// Corpus loading (text directories, fortune documents, uint16 token files, shard directories
+// checked against the run's tokenizer), validation of
 // bad data, window sampling, and the GPT's parameter plumbing.
 #include <gtest/gtest.h>
 
@@ -9,6 +10,7 @@
 
 #include "common/model_layout.h"
 #include "common/run_config.h"
+#include "common/token_shards.h"
 #include "worker/data.h"
 #include "worker/language_model.h"
 
@@ -52,6 +54,50 @@ TEST(Data, TokenFilesAndTheirErrors) {
   std::ofstream(d + "/odd.bin", std::ios::binary) << "abc";
   EXPECT_EQ(LoadCorpus(d + "/odd.bin", "", 50, 1).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(LoadCorpus(d + "/empty_dir_missing", "", 256, 8).status().code(), absl::StatusCode::kNotFound);
+}
+
+void WriteShard(const std::string& path, uint32_t vocab, uint64_t tokenizer, size_t n) {
+  TokenShard s{vocab, tokenizer, {}};
+  for (size_t i = 0; i < n; ++i) s.tokens.push_back(static_cast<uint16_t>((i * 7) % vocab));
+  std::ofstream(path, std::ios::binary) << ShardBytes(s);
+}
+
+TEST(Data, ShardsRoundTripAndRefuseWhatIsWrong) {
+  TokenShard s{300, 42, {0, 299, 7}};
+  absl::StatusOr<TokenShard> back = ParseShard(ShardBytes(s));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->tokens, s.tokens);
+  EXPECT_EQ(back->vocab_size, 300u);
+  EXPECT_EQ(back->tokenizer, 42u);
+  EXPECT_EQ(ShardBytes(s).size(), kShardHeaderBytes + 6);
+  std::string bytes = ShardBytes(s);
+  EXPECT_FALSE(ParseShard(bytes.substr(0, bytes.size() - 1)).ok());   // the count and the size differ
+  EXPECT_FALSE(ParseShard("MULOCOT0" + bytes.substr(8)).ok());          // not a shard
+  s.tokens[1] = 300;
+  EXPECT_FALSE(ParseShard(ShardBytes(s)).ok());                         // a token outside the vocabulary
+}
+
+TEST(Data, AShardDirectoryIsTheRunsTokensOrIsRefused) {
+  const std::string d = Dir();
+  WriteShard(d + "/train-00000.bin", 300, 42, 500);
+  WriteShard(d + "/train-00001.bin", 300, 42, 400);
+  WriteShard(d + "/val.bin", 300, 42, 100);
+  absl::StatusOr<Corpus> c = LoadCorpus(d, "", 300, 16, 42);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->train.size(), 900u);  // both shards, in name order
+  EXPECT_EQ(c->train[500], 0);
+  EXPECT_EQ(c->val.size(), 100u);
+  absl::Status vocab = LoadCorpus(d, "", 512, 16, 42).status();
+  EXPECT_EQ(vocab.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(vocab.message().find("vocabulary of 300; the run's is 512"), std::string::npos) << vocab;
+  absl::Status other = LoadCorpus(d, "", 300, 16, 43).status();
+  EXPECT_NE(other.message().find("not the run's 43"), std::string::npos) << other;
+  absl::Status unnamed = LoadCorpus(d, "", 300, 16, 0).status();
+  EXPECT_NE(unnamed.message().find("--tokenizer_checksum=42"), std::string::npos) << unnamed;
+  absl::Status bytes = LoadCorpus(kDefaultCorpus, "", 300, 16, 42).status();  // text when the run is on tokens
+  EXPECT_EQ(bytes.code(), absl::StatusCode::kFailedPrecondition);
+  std::ofstream(d + "/train-00002.bin", std::ios::binary) << "not a shard";
+  EXPECT_EQ(LoadCorpus(d, "", 300, 16, 42).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(Data, DefaultCorpusIsFortunes) {
