@@ -12,10 +12,9 @@ constexpr size_t kPerLayer = 8;  // tensors per block in GptLayout
 
 Gpt::Gpt(const v1::ModelSpec& spec, torch::Device device) : LanguageModel(spec, GptLayout(spec), device) {}
 
-torch::Tensor Gpt::Loss(const torch::Tensor& tokens) const {
-  const int64_t B = tokens.size(0), L = tokens.size(1) - 1;
+torch::Tensor Gpt::Logits(const torch::Tensor& idx) const {
+  const int64_t B = idx.size(0), L = idx.size(1);
   const int64_t d = spec_.d_model(), nh = spec_.n_head(), hd = d / nh;
-  torch::Tensor idx = tokens.slice(1, 0, L), targets = tokens.slice(1, 1, L + 1);
   torch::Tensor x = F::embedding(idx, P(0)) + P(1).slice(0, 0, L);
   const torch::Tensor mask = CausalMask(L);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
@@ -32,8 +31,7 @@ torch::Tensor Gpt::Loss(const torch::Tensor& tokens) const {
   }
   const size_t f = 2 + spec_.n_layer() * kPerLayer;
   x = torch::layer_norm(x, {d}, P(f), P(f + 1));
-  torch::Tensor logits = torch::linear(x, P(f + 2));
-  return F::cross_entropy(logits.view({B * L, -1}), targets.reshape({B * L}));
+  return torch::linear(x, P(f + 2));
 }
 
 }  // namespace muloco

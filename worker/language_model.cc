@@ -18,6 +18,12 @@ LanguageModel::LanguageModel(const v1::ModelSpec& spec, ParamLayout layout, torc
   causal_mask_ = torch::ones({T, T}, torch::TensorOptions(torch::kBool).device(device)).triu(1);
 }
 
+torch::Tensor LanguageModel::Loss(const torch::Tensor& tokens) const {
+  const int64_t B = tokens.size(0), L = tokens.size(1) - 1;
+  const torch::Tensor logits = Logits(tokens.slice(1, 0, L));
+  return torch::nn::functional::cross_entropy(logits.reshape({B * L, -1}), tokens.slice(1, 1, L + 1).reshape({B * L}));
+}
+
 std::unique_ptr<LanguageModel> MakeLanguageModel(const v1::ModelSpec& spec, torch::Device device) {
   if (IsLlama(spec)) return std::make_unique<Llama>(spec, device);
   return std::make_unique<Gpt>(spec, device);

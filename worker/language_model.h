@@ -19,9 +19,11 @@ class LanguageModel {
   LanguageModel(const v1::ModelSpec& spec, ParamLayout layout, torch::Device device);
   virtual ~LanguageModel() = default;
 
+  // Next-token logits [B, L, vocab] of int64 inputs [B, L], L <= context.
+  virtual torch::Tensor Logits(const torch::Tensor& idx) const = 0;
   // Mean next-token cross-entropy. tokens: int64 [B, L+1] with L <= context; inputs are
   // tokens[:, :-1], targets tokens[:, 1:].
-  virtual torch::Tensor Loss(const torch::Tensor& tokens) const = 0;
+  torch::Tensor Loss(const torch::Tensor& tokens) const;
 
   // Copies between the model and a flat fp32 buffer in layout order (TotalParams floats),
   // in host memory.
@@ -56,7 +58,7 @@ std::unique_ptr<LanguageModel> MakeLanguageModel(const v1::ModelSpec& spec, torc
 class Gpt : public LanguageModel {
  public:
   explicit Gpt(const v1::ModelSpec& spec, torch::Device device = torch::kCPU);
-  torch::Tensor Loss(const torch::Tensor& tokens) const override;
+  torch::Tensor Logits(const torch::Tensor& idx) const override;
 };
 
 // LLaMA-style decoder (LlamaLayout, Hugging Face names and conventions, so an export loads
@@ -67,7 +69,7 @@ class Gpt : public LanguageModel {
 class Llama : public LanguageModel {
  public:
   explicit Llama(const v1::ModelSpec& spec, torch::Device device = torch::kCPU);  // REQUIRES: IsLlama(spec)
-  torch::Tensor Loss(const torch::Tensor& tokens) const override;
+  torch::Tensor Logits(const torch::Tensor& idx) const override;
 
  private:
   // q or k [B, heads, L, hd] rotated by position.

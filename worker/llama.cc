@@ -32,10 +32,9 @@ torch::Tensor Llama::Rotate(const torch::Tensor& x, int64_t L) const {
   return x * cos_.slice(0, 0, L) + rotated * sin_.slice(0, 0, L);
 }
 
-torch::Tensor Llama::Loss(const torch::Tensor& tokens) const {
-  const int64_t B = tokens.size(0), L = tokens.size(1) - 1;
+torch::Tensor Llama::Logits(const torch::Tensor& idx) const {
+  const int64_t B = idx.size(0), L = idx.size(1);
   const int64_t d = spec_.d_model(), nh = spec_.n_head(), nkv = KvHeads(spec_), hd = d / nh;
-  torch::Tensor idx = tokens.slice(1, 0, L), targets = tokens.slice(1, 1, L + 1);
   torch::Tensor x = F::embedding(idx, P(0));
   const torch::Tensor mask = CausalMask(L);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
@@ -57,8 +56,7 @@ torch::Tensor Llama::Loss(const torch::Tensor& tokens) const {
   }
   const size_t f = 1 + spec_.n_layer() * kPerLayer;
   x = RmsNorm(x, P(f));
-  torch::Tensor logits = torch::linear(x, spec_.tie_embeddings() ? P(0) : P(f + 1));
-  return F::cross_entropy(logits.view({B * L, -1}), targets.reshape({B * L}));
+  return torch::linear(x, spec_.tie_embeddings() ? P(0) : P(f + 1));
 }
 
 }  // namespace muloco

@@ -11,7 +11,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/cli.h"
 #include "common/file_io.h"
 #include "common/run_config.h"
@@ -19,6 +21,7 @@
 #include "common/run_config_flags.h"
 #include "worker/baseline.h"
 #include "worker/evaluate.h"
+#include "worker/generate.h"
 #include "worker/session.h"
 
 ABSL_FLAG(std::string, server, "localhost:7070", "Aggregation server address (host:port)");
@@ -70,6 +73,14 @@ ABSL_FLAG(bool, init_from_seed, true,
           "Joining a fresh run (round 0): build the initial model from the run's init_seed instead of fetching it, "
           "when its checksum is the server's (saves a dense model transfer per worker; the build is single-threaded, "
           "tens of seconds for 1B parameters); false: always fetch");
+ABSL_FLAG(std::string, generate, "",
+          "Sample text from an export (muloco-server --export) and exit: --prompt (bytes) or --prompt_ids "
+          "(subword ids, as scripts/sample.sh gives them)");
+ABSL_FLAG(std::string, prompt, "", "--generate: the prompt as text, for a byte-level model");
+ABSL_FLAG(std::string, prompt_ids, "", "--generate: the prompt as space-separated token ids (printed back as ids)");
+ABSL_FLAG(uint32_t, sample_tokens, 200, "--generate: tokens to sample");
+ABSL_FLAG(double, temperature, 0.8, "--generate: sampling temperature (0: greedy)");
+ABSL_FLAG(uint64_t, sample_seed, 1, "--generate: sampling seed");
 
 namespace {
 
@@ -176,6 +187,33 @@ int RunWithoutServer(const muloco::WorkerOptions& o, const std::vector<std::stri
   }
 }
 
+// --generate: the prompt's continuation, as text (--prompt) or ids (--prompt_ids).
+int RunGenerate() {
+  using namespace muloco;
+  const std::string text = absl::GetFlag(FLAGS_prompt), ids = absl::GetFlag(FLAGS_prompt_ids);
+  std::vector<int64_t> prompt;
+  for (unsigned char c : text) prompt.push_back(c);
+  for (absl::string_view id : absl::StrSplit(ids, ' ', absl::SkipWhitespace())) {
+    int64_t v;
+    if (!absl::SimpleAtoi(id, &v)) return Usage(absl::StrCat("--prompt_ids: not a token id: ", id));
+    prompt.push_back(v);
+  }
+  if (!text.empty() && !ids.empty()) return Usage("--prompt and --prompt_ids exclude each other");
+  const GenerateOptions go{absl::GetFlag(FLAGS_sample_tokens), absl::GetFlag(FLAGS_temperature),
+                           absl::GetFlag(FLAGS_sample_seed)};
+  absl::StatusOr<std::vector<int64_t>> out = Generate(absl::GetFlag(FLAGS_generate), prompt, go);
+  if (!out.ok()) return Usage(absl::StrCat("--generate: ", out.status().message()));
+  if (ids.empty()) {
+    std::string bytes;
+    for (int64_t t : *out) bytes.push_back(static_cast<char>(t));
+    std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+  } else {
+    for (size_t i = 0; i < out->size(); ++i) std::printf("%s%lld", i ? " " : "", static_cast<long long>((*out)[i]));
+  }
+  std::printf("\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -184,10 +222,12 @@ int main(int argc, char** argv) {
                    "muloco-worker: DiLoCo worker.\n"
                    "  muloco-worker --server=HOST:PORT        (everything else comes from the server)\n"
                    "  muloco-worker --baseline --rounds=10     (single process, no server)\n"
-                   "  muloco-worker --evaluate=FILE|DIR,...   (validation loss of saved models of a run)");
+                   "  muloco-worker --evaluate=FILE|DIR,...   (validation loss of saved models of a run)\n"
+                   "  muloco-worker --generate=MODEL.safetensors --prompt=TEXT   (sample from an export)");
   absl::StatusOr<WorkerOptions> o = OptionsFromFlags();
   if (!o.ok()) return Usage(std::string(o.status().message()));
   at::set_num_threads(absl::GetFlag(FLAGS_threads));
+  if (!absl::GetFlag(FLAGS_generate).empty()) return RunGenerate();
   const bool baseline = absl::GetFlag(FLAGS_baseline);
   const std::vector<std::string> evaluate = absl::GetFlag(FLAGS_evaluate);
   if (absl::Status s = CheckModes(*o, baseline, evaluate); !s.ok()) return Usage(std::string(s.message()));

@@ -3,7 +3,8 @@
 // document (the end-of-document token after each), and writes a shard directory
 // (common/token_shards.h): tokenizer.model, train-NNNNN.bin, val.bin (every 10th document,
 // as for bytes). Prints the flags that name the tokenizer to the server. It links no
-// protobuf (see CMakeLists.txt), so it parses its flags with Abseil alone.
+// protobuf (see CMakeLists.txt), so it parses its flags with Abseil alone. --encode and
+// --decode turn text into ids and back (scripts/sample.sh).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -13,7 +14,9 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "common/file_io.h"
 #include "common/token_shards.h"
 #include "worker/data.h"
@@ -25,6 +28,8 @@ ABSL_FLAG(int32_t, pieces, 1024, "Vocabulary size (pieces) of the BPE tokenizer 
 ABSL_FLAG(std::string, tokenizer, "", "An existing SentencePiece .model to use instead of training one");
 ABSL_FLAG(int64_t, shard_tokens, int64_t{1} << 22, "Tokens per train shard");
 ABSL_FLAG(int32_t, threads, 2, "Threads for training the tokenizer");
+ABSL_FLAG(std::string, encode, "", "Print the token ids of the text on stdin under this tokenizer .model and exit");
+ABSL_FLAG(std::string, decode, "", "Print the text of the token ids on stdin under this tokenizer .model and exit");
 
 namespace muloco {
 namespace {
@@ -76,7 +81,43 @@ absl::Status WriteShards(const std::string& out, TokenShard all_train, TokenShar
   return WriteFileAtomic(out + "/val.bin", ShardBytes(val));
 }
 
+// --encode / --decode: stdin to stdout through the tokenizer `model`.
+int Translate(const std::string& model, bool encode) {
+  SentencePiece sp;
+  if (std::string error = sp.Load(model); !error.empty()) {
+    std::fprintf(stderr, "muloco-prepare: %s: %s\n", model.c_str(), error.c_str());
+    return 1;
+  }
+  std::string in, out, error;
+  for (char buf[4096]; size_t n = std::fread(buf, 1, sizeof buf, stdin);) in.append(buf, n);
+  std::vector<int> ids;
+  if (encode) {
+    error = sp.Encode(in, &ids);
+    for (size_t i = 0; i < ids.size(); ++i) absl::StrAppend(&out, i ? " " : "", ids[i]);
+    out += "\n";
+  } else {
+    for (absl::string_view id : absl::StrSplit(in, absl::ByAnyChar(" \n\t"), absl::SkipWhitespace())) {
+      int v;
+      if (!absl::SimpleAtoi(id, &v) || v < 0 || v >= sp.vocab_size()) {
+        std::fprintf(stderr, "muloco-prepare: --decode: not a token id of %s: %s\n", model.c_str(),
+                     std::string(id).c_str());
+        return 1;
+      }
+      ids.push_back(v);
+    }
+    error = sp.Decode(ids, &out);
+  }
+  if (!error.empty()) {
+    std::fprintf(stderr, "muloco-prepare: %s\n", error.c_str());
+    return 1;
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
 int Prepare() {
+  if (!absl::GetFlag(FLAGS_encode).empty()) return Translate(absl::GetFlag(FLAGS_encode), /*encode=*/true);
+  if (!absl::GetFlag(FLAGS_decode).empty()) return Translate(absl::GetFlag(FLAGS_decode), /*encode=*/false);
   const std::string out = absl::GetFlag(FLAGS_out);
   const std::string text = absl::GetFlag(FLAGS_text).empty() ? kDefaultCorpus : absl::GetFlag(FLAGS_text);
   auto fail = [](const absl::Status& s) {

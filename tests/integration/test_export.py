@@ -6,13 +6,14 @@ metadata holds what a LlamaConfig needs. The validation split is one window long
 validation batch is that window and Python needs none of the worker's sampling."""
 import os
 import re
+import subprocess
 import sys
 import unittest
 
 import numpy as np
 import torch
 
-from harness import TINY, ClusterTest
+from harness import TINY, WORKER_BIN, ClusterTest
 from muloco import safetensors
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../reference"))
@@ -66,6 +67,12 @@ class Export(ClusterTest):
         self.assertEqual(tensors["wte"].shape, (cfg["vocab_size"], cfg["d_model"]))
         self.assertEqual(tensors["h.0.attn.qkv.weight"].shape, (3 * cfg["d_model"], cfg["d_model"]))
         self.check_loss(gpt_loss, tensors, cfg, logged)
+        # Greedy sampling from the export continues the prompt by 30 bytes.
+        r = subprocess.run([WORKER_BIN, f"--generate={self.path('model.safetensors')}", "--prompt=Q: ",
+                            "--sample_tokens=30", "--temperature=0"], capture_output=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.startswith(b"Q: "), r.stdout)
+        self.assertEqual(len(r.stdout), 3 + 30 + 1)  # the prompt, 30 bytes, a newline
 
     def test_a_llama_export_has_hugging_face_names_and_the_workers_loss(self):
         # Grouped-query attention (2 heads, 1 key/value head), untied head: every LLaMA part.

@@ -2,7 +2,8 @@
 writes token shards (common/token_shards.h); a LLaMA run on them (the server naming the
 tokenizer) trains with two workers, every replica the server's bit for bit and the validation
 loss falling; a worker whose shards come from another tokenizer, or that brings bytes, is
-refused with the reason, and the run goes on without it."""
+refused with the reason, and the run goes on without it; scripts/sample.sh turns the export
+and a prompt into text."""
 import os
 import re
 import struct
@@ -12,6 +13,7 @@ import unittest
 from harness import BUILD, TINY, ClusterTest
 
 PREPARE = os.path.join(BUILD, "muloco-prepare")
+SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "sample.sh")
 
 
 class Tokens(ClusterTest):
@@ -47,7 +49,8 @@ class Tokens(ClusterTest):
 
         server, addr = self.start_server(*TINY, "--arch=llama", f"--vocab_size={vocab}",
                                          f"--tokenizer_checksum={checksum}", "--rounds=4", "--inner_steps=10",
-                                         "--min_quorum=2", f"--save_final={self.path('server.bin')}")
+                                         "--min_quorum=2", f"--save_final={self.path('server.bin')}",
+                                         f"--export={self.path('model.safetensors')}")
         # Refused before they push: another tokenizer's shards, another vocabulary's, and bytes.
         for name, data, reason in (("wrong", other, f"tokenized by tokenizer {other_checksum}, not the run's {checksum}"),
                                    ("smaller", smaller, "tokenized for a vocabulary of 400; the run's is 512"),
@@ -67,6 +70,16 @@ class Tokens(ClusterTest):
         losses = self.val_losses(workers[0])
         print(f"val_loss on 512 BPE pieces: {losses}")
         self.assertLess(losses[4], losses[0] - 0.3)  # from ln(512) = 6.24
+
+        # The model speaks: one command from the export to text, the same text for the same seed.
+        sample = [subprocess.run([SAMPLE, self.path("model.safetensors"), shards, "Q: Why"], capture_output=True,
+                                 text=True, timeout=120, env=dict(os.environ, BUILD=BUILD, TOKENS="40"))
+                  for _ in range(2)]
+        self.assertEqual(sample[0].returncode, 0, sample[0].stderr)
+        print(f"sample: {sample[0].stdout!r}")
+        self.assertTrue(sample[0].stdout.startswith("Q: Why"), sample[0].stdout)
+        self.assertGreater(len(sample[0].stdout), len("Q: Why") + 40)  # 40 pieces of 1+ bytes each
+        self.assertEqual(sample[0].stdout, sample[1].stdout)
 
 
 if __name__ == "__main__":
