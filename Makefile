@@ -1,5 +1,6 @@
 # Entry points: `make demo` (local server + two workers) and `make test` (every test);
-# `make bench` and `make frontier` (loss against bytes per method, ~12 min) are benchmarks.
+# `make bench` and `make frontier` (loss against bytes per method, ~12 min; SETTING=llama-10m
+# TEXT=corpus for a LLaMA on BPE tokens, tables under bench/results/SETTING) are benchmarks.
 # Both install missing Debian packages first and build in ./build.
 BUILD ?= build
 JOBS ?= $(shell nproc)
@@ -25,8 +26,9 @@ demo: build
 bench: build
 	bench/run.sh $(BUILD)
 
+SETTING ?= gpt-bytes
 frontier: build
-	/usr/bin/python3 bench/frontier.py --build $(BUILD) --out bench/results
+	/usr/bin/python3 bench/frontier.py --build $(BUILD) --setting $(SETTING) $(if $(TEXT),--text $(TEXT))
 
 clean:
 	rm -rf $(BUILD)

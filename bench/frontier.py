@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The loss-against-bytes frontier: one table of methods (bench/README.md, "Frontier").
 
-Trains the same model (the presets' byte GPT on Debian's fortunes) with K real workers
+Trains the same model (--setting: by default the presets' byte GPT on Debian's fortunes; a
+LLaMA on SentencePiece tokens of --text with llama-10m) with K real workers
 against a real muloco-server on loopback, once per method, with the same inner steps and
 tokens per worker, and reports per method: final validation loss, bits per parameter per
 payload up and down (every header and table included), bytes per worker, the ratio to
@@ -11,11 +12,12 @@ and the model's tensor shapes: a mismatch fails the run.
 
   bench/frontier.py [--build build] [--out bench/results] [--workers 4] [--rounds 10]
                     [--inner_steps 20] [--methods a,b,...] [--vary FLAG=V1,V2] [--seeds N] [--smoke]
+                    [--setting gpt-bytes|llama-10m|llama-tiny] [--text FILE_OR_DIR]
                     [-- extra server flags for every method]
 
-Writes OUT/frontier.txt (the table), OUT/frontier.csv (one row per method),
-OUT/frontier_curves.csv (validation loss per evaluation with cumulative bytes) and, when
-gnuplot is installed, OUT/frontier_bytes.png and OUT/frontier_rounds.png. --smoke runs every
+Writes OUT/frontier.txt (the table; OUT: bench/results, or bench/results/SETTING for the
+other settings), OUT/frontier.csv (one row per method), OUT/frontier_curves.csv (validation
+loss per evaluation with cumulative bytes) and, when gnuplot is installed, OUT/frontier_bytes.png and OUT/frontier_rounds.png. --smoke runs every
 method for a few tiny rounds (the test suite's check: finite losses, exact bytes). --vary
 runs a sweep: `--methods muloco --vary muon_weight_decay=0,0.01,0.1` trains one row per value.
 --seeds N trains every row N times, each with another initial model and data order, and
@@ -37,7 +39,17 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
-from gpt_layout import tensor_shapes  # noqa: E402
+from gpt_layout import llama_shapes, tensor_shapes  # noqa: E402
+
+# Settings: (description, server flags, BPE pieces or None for bytes). A setting on tokens runs
+# muloco-prepare on --text once (OUT/shards) and gives every worker the shards.
+SETTINGS = {
+    "gpt-bytes": ("the presets' byte GPT (135,808 parameters) on the text's bytes", [], None),
+    "llama-10m": ("a LLaMA of 10.0M parameters (d 320, 6 layers, 5 heads, context 128) on 4096 BPE pieces",
+                  ["--arch=llama", "--d_model=320", "--n_layer=6", "--n_head=5", "--context=128"], 4096),
+    "llama-tiny": ("a LLaMA of 45K parameters (d 32, 1 layer) on 512 BPE pieces (the smoke test's)",
+                   ["--arch=llama", "--d_model=32", "--n_layer=1", "--n_head=2", "--context=32"], 512),
+}
 
 # Methods: (name, label, server flags). Every method trains R rounds of H inner steps per
 # worker; the H = 1 methods run R * H rounds of one step (marked "steps"). The top-k rows keep
@@ -164,7 +176,8 @@ def run_method(a, name, flags, logdir):
         port = wait_port(port_file, server, server_log)
         for i in range(a.workers):
             procs.append(subprocess.Popen([os.path.join(a.build, "muloco-worker"), f"--server=127.0.0.1:{port}",
-                                           "--insecure", f"--name=w{i}", "--threads=1", "--progress_s=0"],
+                                           "--insecure", f"--name=w{i}", "--threads=1", "--progress_s=0",
+                                           *a.worker_flags],
                                           stdout=open(os.path.join(logdir, f"w{i}.log"), "w"),
                                           stderr=subprocess.STDOUT))
         for p in procs[1:] + procs[:1]:
@@ -209,6 +222,32 @@ def sd_text(sd):
 def config_value(config, key):
     m = re.search(rf"\b{key}=(\S+)", config)
     return m[1] if m else None
+
+
+def model_shapes(config):
+    """The tensor shapes of the model a worker's join line describes (GPT or LLaMA)."""
+    m = re.search(r"GPT\(vocab (\d+), layers (\d+), heads \d+, d (\d+), ctx (\d+)\)", config)
+    if m:
+        return tensor_shapes(*(int(g) for g in m.groups()))
+    m = re.search(r"LLaMA\(vocab (\d+), layers (\d+), heads (\d+), kv heads (\d+), ffn (\d+)(, tied)?, d (\d+),", config)
+    if m:
+        v, layers, heads, kv, ffn, tied, d = m.groups()
+        return llama_shapes(int(v), int(layers), int(d), int(heads), int(kv), int(ffn), tied is not None)
+    return []
+
+
+def prepare_setting(a):
+    """Server and worker flags of --setting (tokenizing --text first when it runs on tokens)."""
+    _, server_flags, pieces = SETTINGS[a.setting]
+    text = [f"--data={a.text}"] if a.text else []
+    if pieces is None:
+        return list(server_flags), text
+    shards = os.path.join(a.out, "shards")
+    r = subprocess.run([os.path.join(a.build, "muloco-prepare"), f"--out={shards}", f"--pieces={pieces}",
+                        *([f"--text={a.text}"] if a.text else [])], capture_output=True, text=True, check=True)
+    flags = re.search(r"(--vocab_size=\d+) (--tokenizer_checksum=\d+)", r.stdout).groups()
+    print(f"frontier: {r.stdout.splitlines()[0]}", flush=True)
+    return [*server_flags, *flags], [f"--data={shards}"]
 
 
 def check_bytes(name, r, shapes):
@@ -273,8 +312,13 @@ def main():
     p.add_argument("--vary", action="append", default=[], metavar="FLAG=V1,V2",
                    help="a sweep: every method once per value of this server flag, values split on ',' "
                         "(on ';' for the *_codec flags); repeatable: every combination")
+    p.add_argument("--setting", default="gpt-bytes", choices=sorted(SETTINGS),
+                   help="the model and data: " + "; ".join(f"{k}: {v[0]}" for k, v in SETTINGS.items()))
+    p.add_argument("--text", default="", help="the corpus (a text file or directory; default: Debian's fortunes)")
     p.add_argument("extra", nargs="*", help="server flags added to every method (after --)")
     a = p.parse_args()
+    if a.out == p.get_default("out") and a.setting != "gpt-bytes":
+        a.out = os.path.join(a.out, a.setting)
     if a.seeds < 1:
         p.error("--seeds must be at least 1")
     seeded = [f for f in a.extra + [v.partition("=")[0] for v in a.vary] if re.match(r"-*(init_seed|data_seed)\b", f)]
@@ -292,7 +336,10 @@ def main():
         chosen = [(f"{name}[{flag}={v}]", label, flags + [f"--{flag}={v}"])
                   for name, label, flags in chosen for v in values.split(";" if flag.endswith("codec") else ",")]
     os.makedirs(a.out, exist_ok=True)
+    setting_flags, a.worker_flags = prepare_setting(a)
+    a.extra = setting_flags + a.extra
     logs = a.logs or tempfile.mkdtemp(prefix="muloco_frontier_")
+    print(f"frontier: {a.setting} ({SETTINGS[a.setting][0]}{', ' + a.text if a.text else ''})", flush=True)
     print(f"frontier: K={a.workers} workers, {a.rounds} rounds x H={a.inner_steps} inner steps per worker; logs in {logs}",
           flush=True)
     rows, curves = [], []
@@ -300,8 +347,7 @@ def main():
         runs = []
         for seed in range(a.seeds):
             r = run_method(a, name, flags + seed_flags(seed), os.path.join(logs, name + (f"@seed{seed}" if seed else "")))
-            model = re.search(r"GPT\(vocab (\d+), layers (\d+), heads \d+, d (\d+), ctx (\d+)\)", r["config"])
-            shapes = tensor_shapes(*(int(g) for g in model.groups())) if model else []
+            shapes = model_shapes(r["config"])
             r["up"], r["down"], r["up_spec"], r["down_spec"] = check_bytes(name, r, shapes)
             losses = [v for _, v in r["evals"]]
             if not losses or not all(math.isfinite(v) for v in losses):

@@ -2,7 +2,8 @@
 runs with real server and worker processes for two tiny rounds, once per seed; losses are
 finite and fall, every payload a worker logged has the size an independent computation of
 the wire format gives (the script fails otherwise), each row's loss is the mean of its two
-seeds, which start from different models, and the table, CSVs and plots are written."""
+seeds, which start from different models, and the table, CSVs and plots are written; the
+llama-tiny setting tokenizes the corpus and trains a LLaMA with exact payload sizes."""
 import csv
 import math
 import os
@@ -79,6 +80,27 @@ class Frontier(unittest.TestCase):
             for png in ("frontier_bytes.png", "frontier_rounds.png"):  # gnuplot-nox: scripts/install-deps.sh
                 with open(os.path.join(out, png), "rb") as f:
                     self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+
+    def test_a_llama_setting_on_tokens(self):
+        # --setting tokenizes the corpus once and runs the LLaMA on it; its payloads are checked
+        # against the LLaMA layout computed here (scripts/gpt_layout.py's llama_shapes).
+        out = tempfile.mkdtemp(prefix="muloco_frontier_llama_")
+        try:
+            r = subprocess.run([sys.executable, FRONTIER, "--smoke", "--setting=llama-tiny", "--methods=muloco,muloco-2bit",
+                                f"--build={BUILD}", f"--out={out}"], capture_output=True, text=True, timeout=500)
+            self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+            self.assertTrue(os.path.exists(os.path.join(out, "shards", "tokenizer.model")))
+            with open(os.path.join(out, "frontier.csv")) as f:
+                rows = {row["method"]: row for row in csv.DictReader(f)}
+            shapes = frontier.llama_shapes(512, 1, 32, 2, 2, 88)  # ffn: 8/3 * 32 up to a multiple of 8
+            self.assertEqual(sum(n for _, n, _ in shapes), 45408)
+            for name in ("muloco", "muloco-2bit"):
+                self.assertEqual(int(rows[name]["params"]), 45408, name)
+                up = frontier.payload_bytes(rows[name]["up_codec"], shapes)
+                self.assertEqual(int(rows[name]["bytes_up"]), up * int(rows[name]["payloads"]), name)
+                self.assertLess(float(rows[name]["final_val_loss"]), float(rows[name]["start_val_loss"]), name)
         finally:
             shutil.rmtree(out, ignore_errors=True)
 
