@@ -215,4 +215,24 @@ absl::StatusOr<bool> WorkerCore::Settle(const Exchanged& x, const PushedRound& p
   return true;
 }
 
+void Flight::Launch(WorkerCore* core, const PushedRound& pushed, std::string payload) {
+  pushed_ = pushed;
+  future_ = std::async(std::launch::async, [core, pushed, payload = std::move(payload)] {
+    return core->Exchange(pushed.round, payload, static_cast<float>(pushed.train_loss));
+  });
+}
+
+bool Flight::Due(uint32_t steps, uint32_t overlap_steps) const {
+  if (!active()) return false;
+  if (overlap_steps) return steps == overlap_steps;
+  return future_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+Exchanged Flight::Land(double* waited_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Exchanged x = future_.get();
+  *waited_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return x;
+}
+
 }  // namespace muloco

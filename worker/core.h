@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 
@@ -121,6 +122,29 @@ class WorkerCore {
   double wait_seconds_ = 0;  // waited for the server (push, aggregation, downlink), in all
   mutable absl::Mutex stats_mu_;
   WorkerStats stats_ ABSL_GUARDED_BY(stats_mu_);
+};
+
+// Overlap: one pushed round's exchange (WorkerCore::Exchange) running on its own thread while
+// the next round trains; muloco-worker --overlap and ModelWorker both fly their pushes in one.
+class Flight {
+ public:
+  void Launch(WorkerCore* core, const PushedRound& pushed, std::string payload);
+  bool active() const { return future_.valid(); }
+  const PushedRound& pushed() const { return pushed_; }
+  // Whether it lands after the caller's inner step `steps` since the push: after exactly
+  // `overlap_steps` (K > 0, waiting there if need be: the same trajectory whatever the
+  // timing), else as soon as it has arrived.
+  bool Due(uint32_t steps, uint32_t overlap_steps) const;
+  // Waits for it and ends it; adds the seconds waited to *waited_s.
+  Exchanged Land(double* waited_s);
+  // Waits for it and ends it, its outcome dropped (cancel the core's awaits first to hurry it).
+  void Drop() {
+    if (active()) future_.get();
+  }
+
+ private:
+  std::future<Exchanged> future_;
+  PushedRound pushed_;
 };
 
 }  // namespace muloco

@@ -21,10 +21,8 @@ ModelWorker::ModelWorker(WorkerOptions o, Transport* transport, std::string toke
     : o_(std::move(o)), core_(o_, transport, std::move(token), std::move(model)) {}
 
 ModelWorker::~ModelWorker() {
-  if (flight_.valid()) {
-    core_.transport().CancelAwaits();
-    flight_.get();
-  }
+  if (flight_.active()) core_.transport().CancelAwaits();
+  flight_.Drop();
 }
 
 absl::Status ModelWorker::Join() {
@@ -37,7 +35,7 @@ absl::Status ModelWorker::Join() {
 }
 
 uint64_t ModelWorker::round() const {
-  return flight_.valid() ? flying_.round + 1 : core_.pub().round();
+  return flight_.active() ? flight_.pushed().round + 1 : core_.pub().round();
 }
 
 absl::Status ModelWorker::Check(const Tensors& t) const {
@@ -62,7 +60,7 @@ void ModelWorker::Scatter(const std::vector<float>& from, const Tensors& t) cons
 
 absl::Status ModelWorker::ReadModel(const Tensors& t) const {
   if (absl::Status s = Check(t); !s.ok()) return s;
-  if (flight_.valid()) return absl::FailedPreconditionError("a push is in flight: land it first");
+  if (flight_.active()) return absl::FailedPreconditionError("a push is in flight: land it first");
   Scatter(core_.pub().params(), t);
   return absl::OkStatus();
 }
@@ -82,7 +80,7 @@ absl::StatusOr<std::string> ModelWorker::Encode(const Tensors& t, uint64_t round
 
 absl::StatusOr<SyncResult> ModelWorker::Sync(const Tensors& t, const SyncReport& r) {
   if (absl::Status s = Check(t); !s.ok()) return s;
-  if (flight_.valid()) {
+  if (flight_.active()) {
     absl::StatusOr<bool> landed = Land(t);
     if (!landed.ok()) return landed.status();
     if (!*landed) {  // the flight's push was refused: this round's work went with it
@@ -107,11 +105,8 @@ absl::StatusOr<SyncResult> ModelWorker::Sync(const Tensors& t, const SyncReport&
                            r.steps ? r.steps : config().inner_steps(), r.tokens};
   if (o_.overlap) {
     Gather(t, &pushed_);
-    flying_ = pushed;
     steps_since_push_ = 0;
-    flight_ = std::async(std::launch::async, [this, round, p = *std::move(payload), loss = r.train_loss] {
-      return core_.Exchange(round, p, static_cast<float>(loss));
-    });
+    flight_.Launch(&core_, pushed, *std::move(payload));
     out.round = round + 1;
     out.applied = out.in_flight = true;
     out.done = out.round >= config().total_rounds();
@@ -133,18 +128,16 @@ absl::StatusOr<SyncResult> ModelWorker::Sync(const Tensors& t, const SyncReport&
 }
 
 bool ModelWorker::LandDue() {
-  if (!flight_.valid()) return false;
-  ++steps_since_push_;
-  if (o_.overlap_steps) return steps_since_push_ == o_.overlap_steps;
-  return flight_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  if (!flight_.active()) return false;
+  return flight_.Due(++steps_since_push_, o_.overlap_steps);
 }
 
 absl::StatusOr<bool> ModelWorker::Land(const Tensors& t) {
   if (absl::Status s = Check(t); !s.ok()) return s;
-  if (!flight_.valid()) return true;
-  const auto t0 = std::chrono::steady_clock::now();
-  const Exchanged x = flight_.get();
-  absl::StatusOr<bool> applied = core_.Settle(x, flying_, Since(t0));
+  if (!flight_.active()) return true;
+  double waited_s = 0;
+  const Exchanged x = flight_.Land(&waited_s);
+  absl::StatusOr<bool> applied = core_.Settle(x, flight_.pushed(), waited_s);
   if (!applied.ok()) return applied.status();
   const std::vector<float>& pub = core_.pub().params();
   checksum_ = core_.pub().checksum();
@@ -160,12 +153,12 @@ absl::StatusOr<bool> ModelWorker::Land(const Tensors& t) {
 }
 
 void ModelWorker::Leave(const Tensors* t) {
-  if (flight_.valid()) {
+  if (flight_.active()) {
     if (t != nullptr && Check(*t).ok()) {
       Land(*t).IgnoreError();  // Settle logged what went wrong
     } else {
       core_.transport().CancelAwaits();
-      flight_.get();
+      flight_.Drop();
     }
   }
   core_.Leave();

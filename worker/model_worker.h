@@ -9,7 +9,6 @@
 #pragma once
 
 #include <cstdint>
-#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,7 +66,7 @@ class ModelWorker {
   // flight whose push was refused or whose round ended the run writes θ_pub itself.
   // Returns whether the update was applied. Nothing in flight: returns true.
   absl::StatusOr<bool> Land(const Tensors& t);
-  bool in_flight() const { return flight_.valid(); }
+  bool in_flight() const { return flight_.active(); }
   // Lands a flight still in the air when `t` is given, then leaves the run.
   void Leave(const Tensors* t = nullptr);
 
@@ -88,8 +87,7 @@ class ModelWorker {
   WorkerCore core_;
   std::vector<float> delta_;   // θ gathered, then Δ
   std::vector<float> pushed_;  // overlap: θ at the push, for the rebase
-  std::future<Exchanged> flight_;
-  PushedRound flying_;
+  Flight flight_;
   uint32_t steps_since_push_ = 0;
   uint64_t checksum_ = 0;
 };

@@ -17,7 +17,6 @@
 #include <cstdio>
 #include <ctime>
 #include <functional>
-#include <future>
 #include <limits>
 #include <optional>
 #include <thread>
@@ -183,7 +182,7 @@ class WorkerSession {
   uint64_t tokens_per_round_ = 0;
   double first_val_ = -1, last_val_ = -1;   // validation losses (-1: none yet)
   Histogram inner_steps_{DurationBuckets()};  // thread-safe: the metrics endpoint reads it
-  // The run (Run), set up by Start. Declared before in_flight_, so that an exchange still in
+  // The run (Run), set up by Start. Declared before flight_, so that an exchange still in
   // flight when the session ends (an exception) finishes while these serve it.
   std::unique_ptr<MetricsEndpoint> metrics_;
   std::unique_ptr<PeriodicThread> stop_watcher_;  // cancels awaits on a stop signal
@@ -192,8 +191,7 @@ class WorkerSession {
   bool signmuon_ = false, overlap_ = false;
   uint64_t tokens_per_step_ = 0;
   uint64_t last_eval_ = ~uint64_t{0};  // round of the last evaluation
-  std::future<Exchanged> in_flight_;   // overlap: the last pushed round's exchange, while the next trains
-  PushedRound flying_;                 // what in_flight_ pushed
+  Flight flight_;                      // overlap: the last pushed round's exchange, while the next trains
   bool done_ = false;                  // the run is over for this worker
   double wait_s_ = 0;                  // this round's training waited this long for the server
   uint32_t steps_done_ = 0;            // of the round training now
@@ -240,7 +238,7 @@ int WorkerSession::Fail(const absl::Status& s) {
 }
 
 int WorkerSession::Stop() {
-  if (in_flight_.valid()) in_flight_.wait();
+  flight_.Drop();
   Logf(tag_.c_str(), "leaving: %s at round %llu", SignalName(o_.stop_signal->load()),
        static_cast<unsigned long long>(pub_.round()));
   if (core_.id() == 0) return 0;  // never joined
@@ -300,15 +298,15 @@ int WorkerSession::Run() {
   if (std::optional<int> code = Start()) return *code;  // could not start (or stopped): the exit code
   while (!done_) {
     if (Stopping()) return Stop();
-    const bool continuing = in_flight_.valid();
-    const uint64_t r = continuing ? flying_.round + 1 : pub_.round();
+    const bool continuing = flight_.active();
+    const uint64_t r = continuing ? flight_.pushed().round + 1 : pub_.round();
     if (!continuing) {
       if (r >= config_.total_rounds()) break;  // resynced after the run ended: the final model is ours
       MaybeEvaluate();
     }
     Trained t = Train(r, continuing);
     if (Stopping()) return Stop();  // never push a partial round
-    if (t.keep.ok() && *t.keep && in_flight_.valid()) t.keep = Land();
+    if (t.keep.ok() && *t.keep && flight_.active()) t.keep = Land();
     if (!t.keep.ok()) return Fail(t.keep.status());
     if (!*t.keep || done_ || r >= config_.total_rounds()) continue;
     train_seconds_ += t.seconds;
@@ -385,10 +383,8 @@ bool WorkerSession::Finished(const Exchanged& x) {
 }
 
 absl::StatusOr<bool> WorkerSession::Land() {
-  const auto t0 = std::chrono::steady_clock::now();
-  const Exchanged x = in_flight_.get();
-  wait_s_ += Seconds(std::chrono::steady_clock::now() - t0);
-  absl::StatusOr<bool> applied = core_.Settle(x, flying_, wait_s_);
+  const Exchanged x = flight_.Land(&wait_s_);
+  absl::StatusOr<bool> applied = core_.Settle(x, flight_.pushed(), wait_s_);
   if (!applied.ok() || !*applied) return applied;
   if (Finished(x)) {
     done_ = true;
@@ -396,7 +392,8 @@ absl::StatusOr<bool> WorkerSession::Land() {
   }
   trainer_->Rebase(pub_.params().data());
   Logf(tag_.c_str(), "round %llu: rebased onto round %llu's model after %u of %u steps",
-       static_cast<unsigned long long>(flying_.round + 1), static_cast<unsigned long long>(pub_.round()), steps_done_,
+       static_cast<unsigned long long>(flight_.pushed().round + 1), static_cast<unsigned long long>(pub_.round()),
+       steps_done_,
        config_.inner_steps());
   MaybeEvaluate();
   return true;
@@ -416,12 +413,7 @@ WorkerSession::Trained WorkerSession::Train(uint64_t r, bool continuing) {
     step_start = now;
     steps_done_ = steps;
     progress.AfterStep(steps);
-    // The update lands as soon as it arrives, or (--overlap_steps=K) after exactly K steps,
-    // waiting for it there if need be: the same trajectory whatever the timing.
-    const bool land_now =
-        in_flight_.valid() && (o_.overlap_steps ? steps == o_.overlap_steps
-                                                : in_flight_.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
-    if (land_now) {
+    if (flight_.Due(steps, o_.overlap_steps)) {
       t.keep = Land();  // the update arrived mid-round: rebase now
       if (!t.keep.ok() || !*t.keep) return false;
     }
@@ -474,10 +466,7 @@ absl::Status WorkerSession::Push(uint64_t r, const Trained& t) {
                            tokens_per_round_};
   if (overlap_) {  // train the next round while this one is pushed, aggregated and sent back
     trainer_->MarkPush();
-    flying_ = pushed;
-    in_flight_ = std::async(std::launch::async, [this, r, payload = std::move(payload), loss = t.loss] {
-      return core_.Exchange(r, payload, static_cast<float>(loss));
-    });
+    flight_.Launch(&core_, pushed, std::move(payload));
     return absl::OkStatus();
   }
   const auto t0 = std::chrono::steady_clock::now();
