@@ -9,15 +9,17 @@
 namespace muloco {
 namespace {
 
+// Host order is little-endian on every supported host (as codec/checksum.h assumes), so the
+// header's fields and the tokens are copied as they are.
 template <typename T>
-void PutLe(std::string* out, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+void Put(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof v);
 }
 
 template <typename T>
-T GetLe(std::string_view b, size_t at) {
-  T v = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(static_cast<unsigned char>(b[at + i])) << (8 * i);
+T Get(std::string_view b, size_t at) {
+  T v;
+  std::memcpy(&v, b.data() + at, sizeof v);
   return v;
 }
 
@@ -25,12 +27,11 @@ T GetLe(std::string_view b, size_t at) {
 
 std::string ShardBytes(const TokenShard& shard) {
   std::string out(kShardMagic, 8);
-  PutLe<uint32_t>(&out, shard.vocab_size);
-  PutLe<uint32_t>(&out, 0);
-  PutLe<uint64_t>(&out, shard.tokens.size());
-  PutLe<uint64_t>(&out, shard.tokenizer);
-  out.reserve(out.size() + 2 * shard.tokens.size());
-  for (uint16_t t : shard.tokens) PutLe<uint16_t>(&out, t);
+  Put<uint32_t>(&out, shard.vocab_size);
+  Put<uint32_t>(&out, 0);
+  Put<uint64_t>(&out, shard.tokens.size());
+  Put<uint64_t>(&out, shard.tokenizer);
+  out.append(reinterpret_cast<const char*>(shard.tokens.data()), 2 * shard.tokens.size());
   return out;
 }
 
@@ -40,16 +41,16 @@ absl::StatusOr<TokenShard> ParseShard(std::string_view b) {
     return bad("no MULOCOT1 header (write shards with muloco-prepare)");
   }
   TokenShard s;
-  s.vocab_size = GetLe<uint32_t>(b, 8);
-  const uint64_t count = GetLe<uint64_t>(b, 16);
-  s.tokenizer = GetLe<uint64_t>(b, 24);
+  s.vocab_size = Get<uint32_t>(b, 8);
+  const uint64_t count = Get<uint64_t>(b, 16);
+  s.tokenizer = Get<uint64_t>(b, 24);
   if (s.vocab_size < 2 || s.vocab_size > 65536) return bad(absl::StrCat("vocab_size ", s.vocab_size, " outside [2, 65536]"));
   if (count != (b.size() - kShardHeaderBytes) / 2 || (b.size() - kShardHeaderBytes) % 2 != 0) {
     return bad(absl::StrCat("the header says ", count, " tokens, the file holds ", b.size() - kShardHeaderBytes, " bytes"));
   }
   s.tokens.resize(count);
+  std::memcpy(s.tokens.data(), b.data() + kShardHeaderBytes, 2 * count);
   for (uint64_t i = 0; i < count; ++i) {
-    s.tokens[i] = GetLe<uint16_t>(b, kShardHeaderBytes + 2 * i);
     if (s.tokens[i] >= s.vocab_size) {
       return bad(absl::StrCat("token ", s.tokens[i], " at ", i, " is not below vocab_size ", s.vocab_size));
     }
