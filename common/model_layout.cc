@@ -45,26 +45,25 @@ ParamLayout BuiltinLayout(const v1::ModelSpec& s) { return IsLlama(s) ? LlamaLay
 ParamLayout GptLayout(const v1::ModelSpec& s) {
   const int64_t V = s.vocab_size(), T = s.context(), d = s.d_model();
   ParamLayout layout;
-  auto add = [&](std::string name, std::vector<int64_t> shape, ParamGroup group) {
-    layout.push_back(ParamInfo{std::move(name), std::move(shape), group});
-  };
-  add("wte", {V, d}, ParamGroup::kAdamW);
-  add("wpe", {T, d}, ParamGroup::kAdamW);
+  auto add = [&](std::string name, std::vector<int64_t> shape) { layout.push_back(ParamInfo{std::move(name), std::move(shape)}); };
+  add("wte", {V, d});
+  add("wpe", {T, d});
   for (uint32_t i = 0; i < s.n_layer(); ++i) {
     const std::string h = absl::StrCat("h.", i, ".");
-    add(h + "ln1.weight", {d}, ParamGroup::kAdamWNoDecay);
-    add(h + "ln1.bias", {d}, ParamGroup::kAdamWNoDecay);
-    add(h + "attn.qkv.weight", {3 * d, d}, ParamGroup::kMuon);
-    add(h + "attn.proj.weight", {d, d}, ParamGroup::kMuon);
-    add(h + "ln2.weight", {d}, ParamGroup::kAdamWNoDecay);
-    add(h + "ln2.bias", {d}, ParamGroup::kAdamWNoDecay);
-    add(h + "mlp.fc.weight", {4 * d, d}, ParamGroup::kMuon);
-    add(h + "mlp.proj.weight", {d, 4 * d}, ParamGroup::kMuon);
+    add(h + "ln1.weight", {d});
+    add(h + "ln1.bias", {d});
+    add(h + "attn.qkv.weight", {3 * d, d});
+    add(h + "attn.proj.weight", {d, d});
+    add(h + "ln2.weight", {d});
+    add(h + "ln2.bias", {d});
+    add(h + "mlp.fc.weight", {4 * d, d});
+    add(h + "mlp.proj.weight", {d, 4 * d});
   }
-  add("ln_f.weight", {d}, ParamGroup::kAdamWNoDecay);
-  add("ln_f.bias", {d}, ParamGroup::kAdamWNoDecay);
-  add("lm_head.weight", {V, d}, ParamGroup::kAdamW);
+  add("ln_f.weight", {d});
+  add("ln_f.bias", {d});
+  add("lm_head.weight", {V, d});
   PlaceTensors(&layout);
+  AssignGroups(kDefaultAdamwParams, &layout).IgnoreError();  // the default rule parses
   return layout;
 }
 

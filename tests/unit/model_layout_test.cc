@@ -48,6 +48,12 @@ TEST(ModelLayout, TheDefaultRuleGroupsTheGptAsItIsBuilt) {
   for (size_t i = 0; i < gpt.size(); ++i) EXPECT_EQ(regrouped[i].group, gpt[i].group) << gpt[i].name;
   EXPECT_EQ(gpt[0].group, ParamGroup::kAdamW);  // wte
   EXPECT_EQ(gpt[4].group, ParamGroup::kMuon);   // h.0.attn.qkv.weight
+  for (const ParamInfo& p : gpt) {  // embeddings and head AdamW, gains and biases no decay, the rest Muon
+    const ParamGroup want = p.shape.size() == 1                                            ? ParamGroup::kAdamWNoDecay
+                            : p.name == "wte" || p.name == "wpe" || p.name == "lm_head.weight" ? ParamGroup::kAdamW
+                                                                                               : ParamGroup::kMuon;
+    EXPECT_EQ(p.group, want) << p.name;
+  }
 }
 
 v1::ModelSpec LlamaSpec(uint32_t n_kv_head, bool tied) {
