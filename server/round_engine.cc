@@ -273,7 +273,7 @@ void RoundEngine::RecordScreeningLocked(const std::vector<std::string>& keys, co
     const Verdict& v = verdicts[i];
     const Participant& p = participants_[keys[i]];
     const double share = p.weight > 0 ? v.weight / p.weight : 0;
-    stats_.last_screen.push_back(ScreenSample{p.name, v.cosine, share, v.norm, v.clipped});
+    stats_.last_screen.push_back(ScreenSample{p.name, v.cosine, share, v.norm, v.clipped, v.last_cosine});
     const bool cut = share < 1, clipped = v.clipped > 0;
     if (!cut && !clipped) continue;
     const bool known = stats_.screened.count(p.name) || stats_.screened.size() < kMaxScreenLabels;
@@ -281,9 +281,10 @@ void RoundEngine::RecordScreeningLocked(const std::vector<std::string>& keys, co
     c.clipped += clipped;
     c.reduced += cut && share > 0;
     c.rejected += share == 0;
-    absl::StrAppendFormat(&report, "%s%s: weight %.2f%s%s, cosine %.3f, norm %.4g, %u of %zu tensors clipped",
-                          report.empty() ? "" : "; ", p.name, share, *v.reason ? " " : "", v.reason, v.cosine, v.norm,
-                          v.clipped, v.landed.size());
+    absl::StrAppendFormat(&report,
+                          "%s%s: weight %.2f%s%s, cosine %.3f (to last round's %.3f), norm %.4g, %u of %zu tensors clipped",
+                          report.empty() ? "" : "; ", p.name, share, *v.reason ? " " : "", v.reason, v.cosine,
+                          v.last_cosine, v.norm, v.clipped, v.landed.size());
   }
   if (!report.empty()) {
     LogWarn("server", "round %llu screening (%s): %s", static_cast<unsigned long long>(open_round_),

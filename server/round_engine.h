@@ -143,6 +143,7 @@ struct ScreenSample {
   std::string name;
   double cosine = 0, share = 0, norm = 0;  // share: of its token's weight, 0..1
   uint32_t clipped = 0;
+  double last_cosine = 0;  // to last round's aggregate (the staleness check)
 };
 
 // Counters, in one place so metrics and logs read the same numbers.

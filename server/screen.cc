@@ -57,6 +57,20 @@ double Dot(const float* x, const float* y, uint64_t len) {
   return s;
 }
 
+// The staleness check's t: the median cosine to last round's aggregate of the updates whose
+// statistics count and that passed the direction check at least half; 2 (no check) with fewer
+// than `enough`. An update that leans on that aggregate further than t (a replay of the last
+// step adds momentum, no news) weighs by its fresh part's share, (1 - c^2) / (1 - t^2): barely
+// less just above t, nothing as c reaches 1.
+double TypicalLastCosine(const std::vector<bool>& sample, const std::vector<double>& shares,
+                         const std::vector<Verdict>& verdicts, size_t enough) {
+  std::vector<double> v;
+  for (size_t i = 0; i < verdicts.size(); ++i) {
+    if (sample[i] && shares[i] >= 0.5 && verdicts[i].has_last) v.push_back(verdicts[i].last_cosine);
+  }
+  return v.size() >= enough ? std::max(0.0, Median(v)) : 2;
+}
+
 }  // namespace
 
 // Pass one's results: [i * chunks + c] for participant i and chunk c.
@@ -68,6 +82,8 @@ struct RobustAggregator::RoundStats {
   std::vector<float> factor;  // clip factor (1: unclipped)
   std::vector<double> dot, sq;  // with the reference, and the squared norm, after clipping
   std::vector<double> ref_sq;   // per chunk: the reference's squared norm
+  std::vector<double> dot_last;  // with last round's aggregate, after clipping (empty: none)
+  std::vector<double> last_sq;   // per chunk: last round's aggregate's squared norm
   bool median_reference = false;
   std::vector<float> reference;  // the coordinate-wise median (median_reference only)
 };
@@ -131,6 +147,8 @@ void RobustAggregator::Measure(const std::vector<Contribution>& in, RoundStats* 
   st->dot.assign(P * C, 0.0);
   st->sq.assign(P * C, 0.0);
   st->ref_sq.assign(C, 0.0);
+  const bool has_last = !off && !last_aggregate_.empty();
+  if (has_last) st->dot_last.assign(P * C, 0.0), st->last_sq.assign(C, 0.0);
   st->median_reference = !off && P >= std::max<size_t>(1, options_.min_samples);
   if (st->median_reference) st->reference.assign(n_, 0.0f);
   ParallelUnits(offsets_, threads_, [&](size_t first, size_t last) {
@@ -163,51 +181,69 @@ void RobustAggregator::Measure(const std::vector<Contribution>& in, RoundStats* 
         ref = last_aggregate_.data() + ch.offset;
       }
       if (ref != nullptr) st->ref_sq[c] = SquaredNorm(ref, ch.numel);
+      const float* last_ref = has_last ? last_aggregate_.data() + ch.offset : nullptr;
+      if (has_last) st->last_sq[c] = SquaredNorm(last_ref, ch.numel);
       for (size_t i = 0; i < P; ++i) {
         const float* xi = x.data() + i * ch.numel;
         st->sq[i * C + c] = SquaredNorm(xi, ch.numel);
         if (ref != nullptr) st->dot[i * C + c] = Dot(xi, ref, ch.numel);
+        if (has_last) st->dot_last[i * C + c] = Dot(xi, last_ref, ch.numel);
       }
     }
   });
 }
 
+std::vector<bool> RobustAggregator::Describe(const std::vector<Contribution>& in, const RoundStats& st,
+                                             std::vector<Verdict>* verdicts) const {
+  const size_t P = in.size(), C = chunks_.size();
+  double ref_sq = 0, last_sq = 0;
+  for (double v : st.ref_sq) ref_sq += v;
+  for (double v : st.last_sq) last_sq += v;
+  std::vector<bool> sample(P);
+  for (size_t i = 0; i < P; ++i) {
+    Verdict& v = (*verdicts)[i];
+    double sq = 0, dot = 0, dot_last = 0;
+    for (size_t c = 0; c < C; ++c) {
+      sq += st.sq[i * C + c];
+      dot += st.dot[i * C + c];
+      if (last_sq > 0) dot_last += st.dot_last[i * C + c];
+      v.clipped += st.factor[i * C + c] < 1.0f;
+    }
+    v.norm = std::sqrt(sq);
+    v.has_reference = ref_sq > 0 && v.norm > 0;
+    v.cosine = v.has_reference ? dot / (v.norm * std::sqrt(ref_sq)) : 0;
+    v.has_last = last_sq > 0 && v.norm > 0;
+    v.last_cosine = v.has_last ? dot_last / (v.norm * std::sqrt(last_sq)) : 0;
+    sample[i] = v.norm > 0 && (in[i].proven || !st.any_proven);
+  }
+  return sample;
+}
+
 void RobustAggregator::Weigh(const std::vector<Contribution>& in, RoundStats* st,
                              std::vector<Verdict>* verdicts) const {
   const size_t P = in.size(), C = chunks_.size();
-  double ref_sq = 0;
-  for (double v : st->ref_sq) ref_sq += v;
-  const bool has_ref = ref_sq > 0;
+  const std::vector<bool> sample = Describe(in, *st, verdicts);
   std::vector<double> cos_samples, norm_samples;
   for (size_t i = 0; i < P; ++i) {
-    Verdict& v = (*verdicts)[i];
-    double sq = 0, dot = 0;
-    for (size_t c = 0; c < C; ++c) {
-      sq += st->sq[i * C + c];
-      dot += st->dot[i * C + c];
-      v.clipped += st->factor[i * C + c] < 1.0f;
-    }
-    v.norm = std::sqrt(sq);
-    v.has_reference = has_ref && v.norm > 0;
-    v.cosine = v.has_reference ? dot / (v.norm * std::sqrt(ref_sq)) : 0;
-    if (v.norm > 0 && (in[i].proven || !st->any_proven)) {
-      norm_samples.push_back(v.norm);
-      if (v.has_reference) cos_samples.push_back(v.cosine);
-    }
+    if (!sample[i]) continue;
+    norm_samples.push_back((*verdicts)[i].norm);
+    if ((*verdicts)[i].has_reference) cos_samples.push_back((*verdicts)[i].cosine);
   }
   const size_t enough = std::max<size_t>(1, options_.min_samples);
   const double typical_cos = cos_samples.size() >= enough ? Median(cos_samples) : cosine_scale_;
   const double typical_norm = norm_samples.size() >= enough ? Median(norm_samples) : norm_scale_;
+  // Each share of its token's weight, from the direction check first.
+  const bool compare = options_.mode != Robust::kOff && options_.mode != Robust::kTrimmed && P >= 2;
+  std::vector<double> shares(P, 1.0);
   for (size_t i = 0; i < P; ++i) {
     Verdict& v = (*verdicts)[i];
-    double share = 1;  // of its token's weight
-    if (options_.mode == Robust::kOff) {
-      share = 1;
-    } else if (v.norm == 0) {
+    double& share = shares[i];
+    if (options_.mode == Robust::kOff) continue;
+    if (v.norm == 0) {
       share = 0, v.reason = "empty";
     } else if (options_.mode == Robust::kReject && v.clipped > 0) {
       share = 0, v.reason = "over the bound";
-    } else if (options_.mode != Robust::kTrimmed && P >= 2) {  // alone, there is nothing to compare with
+    } else if (compare) {  // alone, there is nothing to compare with
       // Against the round's median an honest update agrees clearly (cosine well above 0); against
       // last round's aggregate (fewer participants) agreement is weak even when honest, so
       // only an update pointing against it is left out.
@@ -217,7 +253,18 @@ void RobustAggregator::Weigh(const std::vector<Contribution>& in, RoundStats* st
                  v.cosine < options_.agree * typical_cos) {
         share = v.cosine / (options_.agree * typical_cos), v.reason = "weak";
       }
-      if (share > 0 && typical_norm > 0 && v.norm < options_.tiny * typical_norm) {
+    }
+  }
+  const double typical_last = TypicalLastCosine(sample, shares, *verdicts, enough);
+  for (size_t i = 0; i < P; ++i) {
+    Verdict& v = (*verdicts)[i];
+    double& share = shares[i];
+    if (compare && share > 0) {
+      if (v.last_cosine > typical_last) {  // the staleness check (see TypicalLastCosine)
+        share *= std::max(0.0, 1 - v.last_cosine * v.last_cosine) / (1 - typical_last * typical_last);
+        v.reason = "stale";
+      }
+      if (typical_norm > 0 && v.norm < options_.tiny * typical_norm) {
         share *= v.norm / (options_.tiny * typical_norm);
         v.reason = "small";
       }

@@ -1,5 +1,5 @@
 // Robust aggregation of a round's pseudo-gradients (kMean runs): what one hostile or broken
-// participant, or a minority of colluding ones, can do to the mean is bounded three ways.
+// participant, or a minority of colluding ones, can do to the mean is bounded four ways.
 //
 // 1. Per tensor, a norm bound against that tensor's honest scale: an update above
 //    chunk_factor x the scale has that tensor clipped to it, so no update can pour its
@@ -18,7 +18,12 @@
 //    weakly) is left out; against the median, one that agrees less than `agree` x the typical
 //    honest cosine gets a proportionally smaller weight, so updates that carry no signal
 //    (noise, replays) do not dilute the mean. A lone participant is not weighed.
-// 3. A size check: an update far smaller than the honest norm (zeros, tiny pushes) gets a
+// 3. A staleness check: each update's cosine c to last round's aggregate against the median
+//    t of those that passed the direction check at least half (when there are min_samples).
+//    One that leans on it further (a replay or amplification of the last step: momentum, no
+//    news, and the direction check cannot tell it from an honest update) weighs by its fresh
+//    part's share (1 - c^2) / (1 - t^2): barely less just above t, nothing as c reaches 1.
+// 4. A size check: an update far smaller than the honest norm (zeros, tiny pushes) gets a
 //    weight proportional to its norm (0 for zeros), so it does not dilute the mean either.
 // The aggregate is Σ w_i·clip(Δ_i) / Σ w_i over participants in the given order (so a run
 // is bit-reproducible), or a coordinate-wise trimmed mean (kTrimmed). Each participant
@@ -73,10 +78,12 @@ struct Verdict {
   double norm = 0;          // of the update after clipping
   double cosine = 0;        // to the reference (0 when there was none)
   bool has_reference = false;
+  bool has_last = false;
+  double last_cosine = 0;   // to last round's aggregate (0 when there was none)
   double weight = 0;        // its share in the mean: 0 (left out) .. its token's weight
   uint32_t clipped = 0;     // tensors clipped
   std::vector<float> landed;  // per chunk, the fraction of the update that counted
-  const char* reason = "";  // why its weight fell: "", "empty", "opposed", "weak", "small", "over the bound"
+  const char* reason = "";  // why its weight fell: "", "empty", "opposed", "weak", "stale", "small", "over the bound"
 };
 
 class RobustAggregator {
@@ -96,6 +103,10 @@ class RobustAggregator {
   void Measure(const std::vector<Contribution>& in, RoundStats* st);
   // The clip bound of chunk c's norms this round (infinite: no clipping); reads st.raw.
   double ChunkBound(const std::vector<Contribution>& in, const RoundStats& st, size_t c) const;
+  // Each verdict's norm, cosines and clip count from pass one; true for the participants
+  // whose statistics count (not empty; proven, or nobody is).
+  std::vector<bool> Describe(const std::vector<Contribution>& in, const RoundStats& st,
+                             std::vector<Verdict>* verdicts) const;
   void Weigh(const std::vector<Contribution>& in, RoundStats* st, std::vector<Verdict>* verdicts) const;
   void Sum(const std::vector<Contribution>& in, const RoundStats& st, const std::vector<Verdict>& verdicts,
            float* out) const;

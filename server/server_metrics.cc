@@ -140,6 +140,9 @@ std::vector<MetricSample> ScreenMetrics(const EngineStats& e) {
     const std::vector<std::pair<std::string, std::string>> labels{{"worker", s.name}};
     out.push_back({"muloco_screen_cosine", "Last round: a participant's update's cosine to the robust reference", false,
                    s.cosine, labels});
+    out.push_back({"muloco_screen_last_cosine",
+                   "Last round: a participant's update's cosine to last round's aggregate (the staleness check)", false,
+                   s.last_cosine, labels});
     out.push_back({"muloco_screen_weight", "Last round: the share of a participant's weight that counted (0..1)", false,
                    s.share, labels});
     out.push_back({"muloco_screen_clipped_tensors", "Last round: tensors of a participant's update clipped", false,

@@ -184,16 +184,13 @@ class Adversary(ClusterTest):
         for i in range(2):  # the honest workers were never kicked out
             self.assertNotRegex(server.text(), rf"evicting worker \d+ \(honest{i}")
 
-    def test_valid_hostile_updates_are_bounded(self):
-        """Well-formed hostile updates from token holders (bench/attacks.py with the independent
-        client of attacks.py): each attack in its own run beside two honest workers, two seeds,
-        the honest workers' mean final loss compared with the clean runs of the same seeds.
-        Bound: 1% (the aim for one hostile volunteer); measured at HEAD in bench/README."""
-        out = self.path("attacks.md")
-        names = ["scale-1000", "one_tensor", "stealthy", "zeros", "negated_replay", "sybil3-stealthy"]
+    def attack_table(self, names, honest):
+        """bench/attacks.py (the independent client of attacks.py): each attack in its own run
+        beside `honest` workers, two seeds. Returns {attack: (sessions, loss, vs clean)}."""
+        out = self.path(f"attacks-{honest}.md")
         bench = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "attacks.py")
-        r = subprocess.run([sys.executable, bench, "--build", BUILD, "--seeds", "2", "--attacks", ",".join(names),
-                            "--out", out, "--logs", self.path("attack-logs")],
+        r = subprocess.run([sys.executable, bench, "--build", BUILD, "--seeds", "2", "--honest", str(honest),
+                            "--attacks", ",".join(names), "--out", out, "--logs", self.path(f"attack-logs-{honest}")],
                            capture_output=True, text=True, timeout=900)
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
         with open(out) as f:
@@ -202,10 +199,28 @@ class Adversary(ClusterTest):
         # | attack | sessions admitted | honest final val loss | vs clean | ...
         rows = {m[0]: m[1:] for m in re.findall(r"^\| (\S+) \| ([^|]+) \| ([\d.]+)[^|]* \| ([^|]+) \|", table, re.M)}
         self.assertIn("clean", rows)
+        return rows
+
+    def assert_bounded(self, rows, names, bound):
         for name in names:
             sessions, loss, vs = rows[name]
-            self.assertLess(float(vs.strip().rstrip("%")), 1.0, f"{name}: {loss} ({vs})")
+            self.assertLess(float(vs.strip().rstrip("%")), bound, f"{name}: {loss} ({vs})")
+
+    def test_valid_hostile_updates_are_bounded(self):
+        """One hostile volunteer beside two honest workers, the honest workers' mean final loss
+        over two seeds against the clean runs of the same seeds. Bound: 1% (the aim for one
+        hostile volunteer); measured at HEAD in bench/README."""
+        names = ["scale-1000", "scale+1000", "one_tensor", "stealthy", "zeros", "negated_replay", "late",
+                 "sybil3-stealthy"]
+        rows = self.attack_table(names, honest=2)
+        self.assert_bounded(rows, names, 1.0)
         self.assertEqual(rows["sybil3-stealthy"][0].strip(), "1/3")  # one session per token
+
+    def test_colluding_volunteers_are_bounded(self):
+        """Two colluding tokens beside three honest workers. Bound: 3% (the aim for two
+        colluders); measured at HEAD in bench/README."""
+        names = ["collude2-scale", "collude2-stealthy"]
+        self.assert_bounded(self.attack_table(names, honest=3), names, 3.0)
 
     def test_floods_leave_memory_and_threads_bounded(self):
         server, addr, port, workers = self.start("--transport_memory_mb=64", "--rounds=12", "--inner_steps=100",
