@@ -16,8 +16,9 @@ Attacks: scale-1000, scale+1000 (±1000 × the estimated honest mean update g), 
 (1.4‖g‖ on ln_f's gain), stealthy (−1.4 g), zeros, negated_replay (−g at one worker's norm),
 alternate (zeros in even rounds, silent in odd), late (scale-1000 joining at round 4), noise
 (Gaussian at one worker's norm), collude2-* (two tokens), sybil3-* (three sessions of one
-token; the table says how many the server admitted). --checksum_seed0: push checksums with
-seed 0 (servers before the round-seeded payload checksum).
+token; the table says how many the server admitted), silent3 (three tokens that join and never
+push). "rounds waited" is the server's muloco_straggler_waits_total, the most over the seeds.
+--checksum_seed0: push checksums with seed 0 (servers before the round-seeded payload checksum).
 """
 import argparse
 import collections
@@ -49,8 +50,9 @@ ATTACKS = {
     "collude2-stealthy": ("stealthy", 2, 2, 0),
     "sybil3-scale": ("scale-1000", 3, 1, 0),
     "sybil3-stealthy": ("stealthy", 3, 1, 0),
+    "silent3": ("silent", 3, 3, 0),
 }
-METRIC_RE = re.compile(r"screen|reject|clip")
+METRIC_RE = re.compile(r"screen|reject|clip|straggler")
 FINAL_RE = re.compile(r"final: val_loss ([\d.]+|nan|inf)")
 CLOSED_RE = re.compile(r"round (\d+) closed")
 
@@ -80,7 +82,7 @@ def open_round(server):
 
 
 def scrape(port):
-    """The /metrics lines matching screen|reject|clip (comments left out)."""
+    """The /metrics lines matching screen|reject|clip|straggler (comments left out)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             text = r.read().decode()
@@ -89,12 +91,12 @@ def scrape(port):
     return [l for l in text.splitlines() if not l.startswith("#") and METRIC_RE.search(l)]
 
 
-def screened_total(lines):
-    """Sum of the screening counters (clip + reject actions) in scraped lines."""
+def metric_total(lines, pattern):
+    """Sum of the counters (names ending _total) matching `pattern` in scraped lines."""
     total = 0.0
     for l in lines:
         m = re.match(r"^(\w+)(\{.*?\})? (\S+)$", l)
-        if m and re.search(r"screen", m[1]) and m[1].endswith("_total"):
+        if m and re.search(pattern, m[1]) and m[1].endswith("_total"):
             total += float(m[3])
     return total
 
@@ -175,7 +177,8 @@ def run_one(a, A, attack, seed, d):
             m = FINAL_RE.search(w.text())
             finals.append(float(m[1]) if m and code == 0 else float("nan"))
         return dict(finals=finals, wall=wall, rounds=len(CLOSED_RE.findall(server.text())), metrics=lines,
-                    screened=screened_total(lines), asked=sessions,
+                    screened=metric_total(lines, "screen"), waits=metric_total(lines, "straggler_waits"),
+                    asked=sessions,
                     admitted=sum(att.admitted() for att in attackers),
                     pushes_ok=sum(att.codes.get("OK", 0) for att in attackers),
                     pushes=sum(len(att.pushed_rounds) for att in attackers),
@@ -204,13 +207,13 @@ def row(name, runs, clean_loss):
     pushes = "—" if name == "clean" else f"{sum(r['pushes_ok'] for r in runs)}/{sum(r['pushes'] for r in runs)}"
     return (f"| {name} | {sessions} | {loss:.4f}{f' ({failed} failed)' if failed else ''} | {vs} | "
             f"{mean([r['rounds'] for r in runs]):.0f} | {mean([r['wall'] for r in runs]):.1f} | {pushes} | "
-            f"{mean([r['screened'] for r in runs]):.0f} |")
+            f"{mean([r['screened'] for r in runs]):.0f} | {max(r['waits'] for r in runs):.0f} |")
 
 
 def report(results, order):
     clean_loss = mean([v for r in results["clean"] for v in r["finals"]])
     lines = ["| attack | sessions admitted | honest final val loss | vs clean | rounds | wall s | pushes accepted |"
-             " screened (metrics) |", "|---|---|---|---|---|---|---|---|"]
+             " screened (metrics) | rounds waited (most) |", "|---|---|---|---|---|---|---|---|---|"]
     lines += [row(name, results[name], clean_loss) for name in ["clean", *order]]
     lines.append("")
     for name in order:

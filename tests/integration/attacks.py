@@ -353,11 +353,16 @@ def noise(seed=0, ratio=None):
     return attack
 
 
+def silent():
+    """Joins and never pushes: a sybil that may only make rounds wait for it."""
+    return lambda rnd, g, shapes: None
+
+
 # name -> factory; `late` is scale(-1000) joining at round 4 (Attacker's start_round).
 STRATEGIES = {
     "scale-1000": lambda: scale(-1000.0), "scale+1000": lambda: scale(1000.0), "one_tensor": one_tensor,
     "stealthy": stealthy, "zeros": zeros, "negated_replay": negated_replay, "alternate": alternate,
-    "late": lambda: scale(-1000.0), "noise": noise,
+    "late": lambda: scale(-1000.0), "noise": noise, "silent": silent,
 }
 
 

@@ -186,7 +186,8 @@ class Adversary(ClusterTest):
 
     def attack_table(self, names, honest):
         """bench/attacks.py (the independent client of attacks.py): each attack in its own run
-        beside `honest` workers, two seeds. Returns {attack: (sessions, loss, vs clean)}."""
+        beside `honest` workers, two seeds, 10 rounds. Returns {attack: the row's cells}: sessions
+        admitted, honest final loss, vs clean, rounds, wall s, pushes, screened, rounds waited."""
         out = self.path(f"attacks-{honest}.md")
         bench = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "attacks.py")
         r = subprocess.run([sys.executable, bench, "--build", BUILD, "--seeds", "2", "--honest", str(honest),
@@ -196,25 +197,31 @@ class Adversary(ClusterTest):
         with open(out) as f:
             table = f.read()
         print(table.split("\n\n")[0])
-        # | attack | sessions admitted | honest final val loss | vs clean | ...
-        rows = {m[0]: m[1:] for m in re.findall(r"^\| (\S+) \| ([^|]+) \| ([\d.]+)[^|]* \| ([^|]+) \|", table, re.M)}
+        rows = {}
+        for line in table.split("\n\n")[0].splitlines()[2:]:
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            rows[cells[0]] = cells[1:]
         self.assertIn("clean", rows)
         return rows
 
     def assert_bounded(self, rows, names, bound):
         for name in names:
-            sessions, loss, vs = rows[name]
-            self.assertLess(float(vs.strip().rstrip("%")), bound, f"{name}: {loss} ({vs})")
+            vs = rows[name][2]
+            self.assertLess(float(vs.rstrip("%")), bound, f"{name}: {rows[name][1]} ({vs})")
 
     def test_valid_hostile_updates_are_bounded(self):
         """One hostile volunteer beside two honest workers, the honest workers' mean final loss
         over two seeds against the clean runs of the same seeds. Bound: 1% (the aim for one
-        hostile volunteer); measured at HEAD in bench/README."""
+        hostile volunteer); measured at HEAD in bench/README. Availability: a volunteer silent in
+        alternate rounds makes at most log2(10) + 1 = 4 of the 10 rounds wait for it (its backoff
+        doubles); three silent tokens, none."""
         names = ["scale-1000", "scale+1000", "one_tensor", "stealthy", "zeros", "negated_replay", "late",
-                 "sybil3-stealthy"]
+                 "alternate", "sybil3-stealthy", "silent3"]
         rows = self.attack_table(names, honest=2)
         self.assert_bounded(rows, names, 1.0)
-        self.assertEqual(rows["sybil3-stealthy"][0].strip(), "1/3")  # one session per token
+        self.assertEqual(rows["sybil3-stealthy"][0], "1/3")  # one session per token
+        self.assertLessEqual(int(rows["alternate"][-1]), 4)
+        self.assertEqual(int(rows["silent3"][-1]), 0)
 
     def test_colluding_volunteers_are_bounded(self):
         """Two colluding tokens beside three honest workers. Bound: 3% (the aim for two
