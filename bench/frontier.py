@@ -28,6 +28,7 @@ other codes), so a gap smaller than about 1% needs several seeds to be read.
 """
 import argparse
 import csv
+import json
 import math
 import os
 import re
@@ -45,8 +46,9 @@ from gpt_layout import llama_shapes, tensor_shapes  # noqa: E402
 # muloco-prepare on --text once (OUT/shards) and gives every worker the shards.
 SETTINGS = {
     "gpt-bytes": ("the presets' byte GPT (135,808 parameters) on the text's bytes", [], None),
-    "llama-10m": ("a LLaMA of 10.0M parameters (d 320, 6 layers, 5 heads, context 128) on 4096 BPE pieces",
-                  ["--arch=llama", "--d_model=320", "--n_layer=6", "--n_head=5", "--context=128"], 4096),
+    "llama-10m": ("a LLaMA of 10.0M parameters (d 320, 6 layers, 5 heads, context 64, batch 8) on 4096 BPE pieces",
+                  ["--arch=llama", "--d_model=320", "--n_layer=6", "--n_head=5", "--context=64", "--batch_size=8"],
+                  4096),
     "llama-tiny": ("a LLaMA of 45K parameters (d 32, 1 layer) on 512 BPE pieces (the smoke test's)",
                    ["--arch=llama", "--d_model=32", "--n_layer=1", "--n_head=2", "--context=32"], 512),
 }
@@ -157,9 +159,10 @@ def run_method(a, name, flags, logdir):
     steps = "steps" in flags
     flags = [f for f in flags if f != "steps"]
     if steps:  # one inner step per round, as many rounds as the others' inner steps
-        flags += ["--inner_steps=1", f"--rounds={a.rounds * a.inner_steps}", f"--eval_every={a.inner_steps}"]
+        flags += ["--inner_steps=1", f"--rounds={a.rounds * a.inner_steps}",
+                  f"--eval_every={a.inner_steps * a.eval_every}"]
     else:
-        flags += [f"--inner_steps={a.inner_steps}", f"--rounds={a.rounds}", "--eval_every=1"]
+        flags += [f"--inner_steps={a.inner_steps}", f"--rounds={a.rounds}", f"--eval_every={a.eval_every}"]
     if a.warmup_steps:
         flags.append(f"--warmup_steps={a.warmup_steps}")
     flags += [f"--eval_batches={a.eval_batches}", *a.extra]
@@ -207,6 +210,25 @@ def run_method(a, name, flags, logdir):
         raise RuntimeError(f"{name}: worker 0 logged rounds {[r[0] for r in rounds]}, expected 0..{expected - 1}")
     return dict(config=join[1] if join else "", rounds=rounds, evals=evals, params=params, wall=wall,
                 h=1 if steps else a.inner_steps)
+
+
+def run_cached(a, name, flags, logdir):
+    """run_method, or with --resume the outcome a finished run of the same flags left in logdir."""
+    cache = os.path.join(logdir, "outcome.json")
+    key = dict(flags=flags, extra=a.extra, worker_flags=a.worker_flags, workers=a.workers, rounds=a.rounds,
+               inner_steps=a.inner_steps, warmup_steps=a.warmup_steps, eval_batches=a.eval_batches,
+               eval_every=a.eval_every)
+    if a.resume and os.path.exists(cache):
+        with open(cache) as f:
+            saved = json.load(f)
+        if saved["key"] == key:
+            print(f"  {name}: reusing the finished run in {logdir}", flush=True)
+            return saved["outcome"]
+    r = run_method(a, name, flags, logdir)
+    with open(cache + ".tmp", "w") as f:
+        json.dump(dict(key=key, outcome=r), f)
+    os.replace(cache + ".tmp", cache)
+    return r
 
 
 def seed_flags(seed):
@@ -303,12 +325,17 @@ def main():
     p.add_argument("--inner_steps", type=int, default=20)
     p.add_argument("--warmup_steps", type=int, default=0, help="override every preset's warmup (0: keep)")
     p.add_argument("--eval_batches", type=int, default=8)
+    p.add_argument("--eval_every", type=int, default=1, help="evaluate every N rounds of H steps (and at the end)")
     p.add_argument("--methods", default=",".join(m[0] for m in METHODS))
     p.add_argument("--timeout", type=float, default=1200, help="seconds per process")
     p.add_argument("--seeds", type=int, default=1,
                    help="runs per method, each with its own initial model and data order; the table gives their mean")
     p.add_argument("--smoke", action="store_true", help="every method, 2 workers, 2 rounds of 2 steps")
-    p.add_argument("--logs", default=None, help="keep the processes' logs here (default: a temporary folder)")
+    p.add_argument("--logs", default=None,
+                   help="keep the processes' logs here (default: a temporary folder; OUT/logs with --resume)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep each finished run's outcome in its log folder and reuse it when the same run "
+                        "(method, seed, flags) is asked again: a long sweep can be stopped and started again")
     p.add_argument("--vary", action="append", default=[], metavar="FLAG=V1,V2",
                    help="a sweep: every method once per value of this server flag, values split on ',' "
                         "(on ';' for the *_codec flags); repeatable: every combination")
@@ -338,7 +365,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     setting_flags, a.worker_flags = prepare_setting(a)
     a.extra = setting_flags + a.extra
-    logs = a.logs or tempfile.mkdtemp(prefix="muloco_frontier_")
+    logs = a.logs or (os.path.join(a.out, "logs") if a.resume else tempfile.mkdtemp(prefix="muloco_frontier_"))
     print(f"frontier: {a.setting} ({SETTINGS[a.setting][0]}{', ' + a.text if a.text else ''})", flush=True)
     print(f"frontier: K={a.workers} workers, {a.rounds} rounds x H={a.inner_steps} inner steps per worker; logs in {logs}",
           flush=True)
@@ -346,7 +373,7 @@ def main():
     for name, label, flags in chosen:
         runs = []
         for seed in range(a.seeds):
-            r = run_method(a, name, flags + seed_flags(seed), os.path.join(logs, name + (f"@seed{seed}" if seed else "")))
+            r = run_cached(a, name, flags + seed_flags(seed), os.path.join(logs, name + (f"@seed{seed}" if seed else "")))
             shapes = model_shapes(r["config"])
             r["up"], r["down"], r["up_spec"], r["down_spec"] = check_bytes(name, r, shapes)
             losses = [v for _, v in r["evals"]]
