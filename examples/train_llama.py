@@ -37,13 +37,14 @@ class RMSNorm(nn.Module):
 
 
 def rotary(x, base=10000.0):
-    """Rotary position embedding over the last dimension of (batch, heads, time, head_dim)."""
+    """Rotary position embedding over the last dimension of (batch, heads, time, head_dim), in
+    Hugging Face's rotate-half pairing (element i with i + head_dim/2), as muloco's --arch=llama."""
     t, d = x.shape[-2], x.shape[-1]
     freqs = base ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)
     angles = torch.arange(t, dtype=torch.float32)[:, None] * freqs[None, :]
-    cos, sin = angles.cos(), angles.sin()
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+    cos, sin = angles.cos().repeat(1, 2), angles.sin().repeat(1, 2)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
 class Attention(nn.Module):

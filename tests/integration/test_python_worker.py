@@ -126,6 +126,28 @@ class PythonWorker(ClusterTest):
         self.assertIn("lm_head.weight", tensors)
         self.assertEqual(meta["format"], "muloco")
 
+    def test_the_example_is_the_builtin_llama_architecture(self):
+        """examples/train_llama.py computes the loss that tests/reference/torch_reference.py's
+        LLaMA (the reference of the built-in --arch=llama) gives for the same tensors by name:
+        the same rotary pairing, norms and MLP, so its models and the built-in's are one format."""
+        code = (
+            "import sys, torch\n"
+            f"sys.path[:0] = [{os.path.join(ROOT, 'examples')!r}, {os.path.join(ROOT, 'tests', 'reference')!r}]\n"
+            "import train_llama, torch_reference\n"
+            "torch.manual_seed(3)\n"
+            "m = train_llama.Llama(vocab=64, d=32, layers=2, heads=4)\n"
+            "with torch.no_grad():\n"
+            "    for p in m.parameters(): p.add_(0.1 * torch.randn_like(p))\n"
+            "tokens = torch.randint(0, 64, (3, 17))\n"
+            "mine = m(tokens[:, :-1], tokens[:, 1:]).item()\n"
+            "P = {k: v.detach() for k, v in m.state_dict().items()}\n"
+            "cfg = dict(d_model=32, n_head=4, n_kv_head=4, n_layer=2)\n"
+            "print(mine, torch_reference.llama_loss(P, cfg, tokens).item())\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+        mine, ref = map(float, out.stdout.split())
+        self.assertAlmostEqual(mine, ref, delta=1e-5 * abs(ref))
+
     def test_a_model_that_differs_is_refused_naming_the_tensor(self):
         init = self.path("init.safetensors")
         w = self.example(f"--write_init={init}", name="init")
