@@ -16,6 +16,7 @@ if [ -z "$shards" ]; then
   "${gen[@]}" --prompt="$prompt"
 else
   ids=$(printf '%s' "$prompt" | "$build/muloco-prepare" --encode="$shards/tokenizer.model")
-  "${gen[@]}" --prompt_ids="$ids" | "$build/muloco-prepare" --decode="$shards/tokenizer.model"
+  "${gen[@]}" --prompt_ids="$ids" --tokenizer="$shards/tokenizer.model" |
+    "$build/muloco-prepare" --decode="$shards/tokenizer.model"
   echo
 fi

@@ -85,6 +85,7 @@ std::string ExportBytes(const v1::RunConfig& config, const ParamLayout& layout, 
   meta.insert({{"format", IsLlama(m) ? "muloco-llama" : "muloco-gpt"}, {"vocab_size", std::to_string(m.vocab_size())},
                {"n_layer", std::to_string(m.n_layer())}, {"n_head", std::to_string(m.n_head())},
                {"d_model", std::to_string(m.d_model())}, {"context", std::to_string(m.context())}});
+  if (m.tokenizer_checksum() != 0) meta["tokenizer_checksum"] = std::to_string(m.tokenizer_checksum());
   if (IsLlama(m)) {  // what a Hugging Face LlamaConfig needs besides the shapes (worker/llama.h)
     meta.insert({{"n_kv_head", std::to_string(KvHeads(m))}, {"ffn_dim", std::to_string(FfnDim(m))},
                  {"tie_embeddings", m.tie_embeddings() ? "true" : "false"}, {"rms_norm_eps", absl::StrCat(kLlamaRmsEps)},

@@ -43,6 +43,11 @@ absl::StatusOr<v1::ModelSpec> SpecFromExport(const std::map<std::string, std::st
     auto tie = meta.find("tie_embeddings");
     s.set_tie_embeddings(tie != meta.end() && tie->second == "true");
   }
+  uint64_t tokenizer = 0;  // absent: bytes
+  if (meta.count("tokenizer_checksum") && !field("tokenizer_checksum", &tokenizer)) {
+    return absl::InvalidArgumentError("export metadata: tokenizer_checksum is not a number");
+  }
+  s.set_tokenizer_checksum(tokenizer);
   if (absl::Status st = ValidateModelSpec(s); !st.ok()) return st;
   return s;
 }
@@ -57,6 +62,16 @@ absl::StatusOr<std::vector<int64_t>> Generate(const std::string& model_path, con
   if (!spec.ok()) return spec.status();
   if (std::string d = LayoutDifference(BuiltinLayout(*spec), file->layout); !d.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(model_path, ": not the model its metadata states: ", d));
+  }
+  if (spec->tokenizer_checksum() != o.tokenizer_checksum) {
+    return absl::InvalidArgumentError(
+        spec->tokenizer_checksum() == 0
+            ? std::string("the model reads bytes: give the prompt as text, without a tokenizer")
+            : o.tokenizer_checksum == 0
+                  ? absl::StrCat("the model reads the tokens of tokenizer ", spec->tokenizer_checksum(),
+                                 ": give the prompt as ids with that --tokenizer (scripts/sample.sh EXPORT SHARDS_DIR)")
+                  : absl::StrCat("the model was trained on tokenizer ", spec->tokenizer_checksum(), ", not ",
+                                 o.tokenizer_checksum, " (--tokenizer)"));
   }
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
   for (int64_t t : prompt) {

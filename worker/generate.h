@@ -17,6 +17,7 @@ struct GenerateOptions {
   size_t tokens = 200;       // new tokens to sample
   double temperature = 0.8;  // 0: the most likely token each time
   uint64_t seed = 1;
+  uint64_t tokenizer_checksum = 0;  // of the tokenizer the prompt's ids come from (0: bytes); must be the export's
 };
 
 // The model spec an export's metadata states (format muloco-gpt or muloco-llama).

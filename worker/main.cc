@@ -19,6 +19,7 @@
 #include "common/run_config.h"
 #include "common/log.h"
 #include "common/run_config_flags.h"
+#include "common/token_shards.h"
 #include "worker/baseline.h"
 #include "worker/evaluate.h"
 #include "worker/generate.h"
@@ -78,6 +79,8 @@ ABSL_FLAG(std::string, generate, "",
           "(subword ids, as scripts/sample.sh gives them)");
 ABSL_FLAG(std::string, prompt, "", "--generate: the prompt as text, for a byte-level model");
 ABSL_FLAG(std::string, prompt_ids, "", "--generate: the prompt as space-separated token ids (printed back as ids)");
+ABSL_FLAG(std::string, tokenizer, "",
+          "--generate: the tokenizer.model the --prompt_ids come from (muloco-prepare's), checked against the export's");
 ABSL_FLAG(uint32_t, sample_tokens, 200, "--generate: tokens to sample");
 ABSL_FLAG(double, temperature, 0.8, "--generate: sampling temperature (0: greedy)");
 ABSL_FLAG(uint64_t, sample_seed, 1, "--generate: sampling seed");
@@ -199,8 +202,13 @@ int RunGenerate() {
     prompt.push_back(v);
   }
   if (!text.empty() && !ids.empty()) return Usage("--prompt and --prompt_ids exclude each other");
-  const GenerateOptions go{absl::GetFlag(FLAGS_sample_tokens), absl::GetFlag(FLAGS_temperature),
-                           absl::GetFlag(FLAGS_sample_seed)};
+  GenerateOptions go{absl::GetFlag(FLAGS_sample_tokens), absl::GetFlag(FLAGS_temperature),
+                     absl::GetFlag(FLAGS_sample_seed)};
+  if (const std::string tokenizer = absl::GetFlag(FLAGS_tokenizer); !tokenizer.empty()) {
+    absl::StatusOr<std::string> bytes = ReadFile(tokenizer);
+    if (!bytes.ok()) return Usage(absl::StrCat("--tokenizer: ", bytes.status().message()));
+    go.tokenizer_checksum = TokenizerChecksum(*bytes);
+  }
   absl::StatusOr<std::vector<int64_t>> out = Generate(absl::GetFlag(FLAGS_generate), prompt, go);
   if (!out.ok()) return Usage(absl::StrCat("--generate: ", out.status().message()));
   if (ids.empty()) {

@@ -4,13 +4,14 @@ tokenizer) trains with two workers, every replica the server's bit for bit and t
 loss falling; a worker whose shards come from another tokenizer, or that brings bytes, is
 refused with the reason, and the run goes on without it; scripts/sample.sh turns the export
 and a prompt into text."""
+import json
 import os
 import re
 import struct
 import subprocess
 import unittest
 
-from harness import BUILD, TINY, ClusterTest
+from harness import BUILD, TINY, WORKER_BIN, ClusterTest
 
 PREPARE = os.path.join(BUILD, "muloco-prepare")
 SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "sample.sh")
@@ -80,6 +81,17 @@ class Tokens(ClusterTest):
         self.assertTrue(sample[0].stdout.startswith("Q: Why"), sample[0].stdout)
         self.assertGreater(len(sample[0].stdout), len("Q: Why") + 40)  # 40 pieces of 1+ bytes each
         self.assertEqual(sample[0].stdout, sample[1].stdout)
+        # The export names its tokenizer; a prompt of another tokenizer's ids, or of bytes, is refused.
+        with open(self.path("model.safetensors"), "rb") as f:
+            meta = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))["__metadata__"]
+        self.assertEqual(meta["tokenizer_checksum"], str(checksum))
+        gen = [WORKER_BIN, f"--generate={self.path('model.safetensors')}", "--sample_tokens=4"]
+        for args, reason in ((["--prompt_ids=5 6", f"--tokenizer={other}/tokenizer.model"],
+                              f"trained on tokenizer {checksum}, not {other_checksum}"),
+                             (["--prompt=Q: "], f"reads the tokens of tokenizer {checksum}")):
+            r = subprocess.run(gen + args, capture_output=True, text=True, timeout=120)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn(reason, r.stderr)
 
 
 if __name__ == "__main__":
