@@ -75,7 +75,7 @@ RoundEngine::Joined RoundEngine::Join(const std::string& name, const std::string
   // At a cold start every joiner is waited for until the round closes (the straggler clock,
   // started by the first push, bounds the wait): a worker that starts a moment after another
   // is not left one round behind, never waited for, while a fast volunteer closes rounds.
-  if (!AnyProvenLocked()) expected_.insert(key);
+  if (!options_.async.enabled && !AnyProvenLocked()) expected_.insert(key);
   Member m;
   m.name = name;
   m.participant = key;
@@ -187,15 +187,18 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
     }
     return VoteAccumulate(payload, num_params_, counts);
   };
-  if (!done_ && round + 1 == m.next_round) {
+  if (options_.async.enabled) {
+    if (absl::Status s = CheckBaseLocked(worker_id, m, round); !s.ok()) return s;
+  } else if (!done_ && round + 1 == m.next_round) {
     // Its push of this round was accepted and closed the round; the reply was lost.
     ++stats_.rejected_duplicate;
     return absl::AlreadyExistsError(absl::StrCat("worker ", worker_id, " already pushed round ", round, " (closed)"));
+  } else if (done_ || round != open_round_) {
+    return LatePushLocked(m, round, validate);
   }
-  if (done_ || round != open_round_) return LatePushLocked(m, round, validate);
   if (pushed_.count(worker_id)) {
     ++stats_.rejected_duplicate;
-    return absl::AlreadyExistsError(absl::StrCat("worker ", worker_id, " already pushed round ", round));
+    return absl::AlreadyExistsError(absl::StrCat("worker ", worker_id, " already pushed in round ", open_round_));
   }
   Participant& p = participants_[m.participant];
   // kVote: one vote per participant; its other sessions' pushes are checked, not counted.
@@ -205,26 +208,58 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
     return s;
   }
   if (!vote) {
-    if (absl::Status s = HoldLocked(worker_id, m.participant, payload); !s.ok()) return s;
+    if (absl::Status s = HoldLocked(worker_id, m.participant, payload, open_round_ - round); !s.ok()) return s;
   }
-  AcceptLocked(worker_id, m, p, payload.size(), /*makes_round=*/vote || checked.norm > 0);
+  AcceptLocked(worker_id, m, p, payload.size(), /*makes_round=*/vote || checked.norm > 0, round);
   MaybeCloseLocked();
   return absl::OkStatus();
 }
 
-absl::Status RoundEngine::HoldLocked(uint64_t worker_id, const std::string& participant, absl::string_view payload) {
+absl::Status RoundEngine::CheckBaseLocked(uint64_t worker_id, const Member& m, uint64_t base) {
+  if (!done_ && base < m.next_base) {  // its push from this version was taken (the reply may have been lost)
+    ++stats_.rejected_duplicate;
+    return absl::AlreadyExistsError(absl::StrCat("worker ", worker_id, " already pushed from version ", base,
+                                                 " or a later one"));
+  }
+  const uint64_t lag = base <= open_round_ ? open_round_ - base : 0;
+  if (done_ || base > open_round_ || lag > options_.async.max_staleness) {
+    ++stats_.rejected_wrong_round;
+    return absl::FailedPreconditionError(
+        done_ ? std::string("the run is over")
+        : base > open_round_
+            ? absl::StrCat("version ", base, " is not published (round ", open_round_, " is open); fetch the model")
+            : absl::StrCat("a push from version ", base, " is ", lag, " versions behind round ", open_round_,
+                           " (at most ", options_.async.max_staleness, "); fetch the model"));
+  }
+  return absl::OkStatus();
+}
+
+double RoundEngine::GraceLocked() const {
+  const AsyncOptions& a = options_.async;
+  std::vector<double> gaps(push_gaps_.begin(), push_gaps_.end());
+  double median = 0;
+  if (!gaps.empty()) {
+    std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
+    median = gaps[gaps.size() / 2];
+  }
+  return std::clamp(a.grace_factor * median, a.grace_min_s, std::max(a.grace_min_s, a.grace_max_s));
+}
+
+absl::Status RoundEngine::HoldLocked(uint64_t worker_id, const std::string& participant, absl::string_view payload,
+                                     uint64_t staleness) {
   if (pending_bytes_ + payload.size() > options_.max_round_bytes) {
     ++stats_.rejected_round_full;
     return absl::ResourceExhaustedError(absl::StrCat("this round already holds ", pending_bytes_,
                                                      " payload bytes; retry in the next round"));
   }
-  pending_.push_back(Pending{worker_id, participant, std::string(payload)});
+  pending_.push_back(Pending{worker_id, participant, std::string(payload), staleness});
   pending_bytes_ += payload.size();
   stats_.held_bytes_peak = std::max(stats_.held_bytes_peak, pending_bytes_);
   return absl::OkStatus();
 }
 
-void RoundEngine::AcceptLocked(uint64_t worker_id, Member& m, Participant& p, size_t bytes, bool makes_round) {
+void RoundEngine::AcceptLocked(uint64_t worker_id, Member& m, Participant& p, size_t bytes, bool makes_round,
+                               uint64_t base) {
   if (p.pushed) ++stats_.uncounted_pushes;
   p.pushed = true;
   // An on-time push proves it too, but not before its backoff has passed: a participant
@@ -233,7 +268,16 @@ void RoundEngine::AcceptLocked(uint64_t worker_id, Member& m, Participant& p, si
   m.next_round = open_round_ + 1;
   pushed_.insert(worker_id);
   quorum_pushes_ += makes_round;  // an empty update does not make a round
-  if (first_push_time_ < 0) first_push_time_ = clock_->Now();
+  const double now = clock_->Now();
+  if (first_push_time_ < 0) first_push_time_ = now;
+  if (options_.async.enabled) {
+    m.next_base = base + 1;
+    stats_.stale_pushes += base < open_round_;
+    stats_.staleness_sum += open_round_ - base;
+    if (last_push_time_ >= 0) push_gaps_.push_back(now - last_push_time_);
+    while (push_gaps_.size() > std::max<size_t>(1, options_.async.gap_samples)) push_gaps_.pop_front();
+    last_push_time_ = now;
+  }
   ++stats_.pushes_accepted;
   stats_.bytes_up += bytes;
   round_bytes_up_ += bytes;
@@ -250,6 +294,14 @@ size_t RoundEngine::ExpectedInLocked() const {
 
 void RoundEngine::MaybeCloseLocked() {
   if (done_ || pushed_.empty()) return;
+  if (options_.async.enabled) {  // the quorum, then the grace window; nobody is waited for
+    const double grace = GraceLocked();
+    if (quorum_pushes_ >= std::max<size_t>(1, options_.min_quorum) && clock_->Now() >= first_push_time_ + grace) {
+      stats_.last_grace_s = grace;
+      CloseRoundLocked();
+    }
+    return;
+  }
   const size_t expected_in = ExpectedInLocked();
   const double now = clock_->Now();
   // The straggler clock: once half the expected participants are in; at a cold start (no
@@ -305,9 +357,13 @@ size_t RoundEngine::AggregateLocked(std::map<uint64_t, std::vector<LandedRange>>
     const Participant& p = participants_[key];
     Contribution c;
     c.name = p.name;
-    c.weight = p.weight;
     c.proven = p.proven_at_open;
-    for (const Pending* h : held) c.payloads.push_back(h->payload);
+    double fresh = 0;  // async: the mean over its sessions of (1 + staleness)^-power (sync: 1)
+    for (const Pending* h : held) {
+      c.payloads.push_back(h->payload);
+      fresh += h->staleness ? std::pow(1.0 + h->staleness, -options_.async.staleness_power) : 1.0;
+    }
+    c.weight = fresh == held.size() ? p.weight : static_cast<float>(p.weight * fresh / held.size());
     keys.push_back(key);
     in.push_back(std::move(c));
   }
@@ -439,6 +495,7 @@ void RoundEngine::LogCloseLocked(const RoundUpdate& update) const {
 void RoundEngine::OpenNextRoundLocked() {
   first_push_time_ = straggler_clock_ = -1;
   for (const std::string& key : expected_) {  // missed this round: not waited for until its backoff passed
+                                              // (async: nobody is expected)
     auto p = participants_.find(key);
     if (p == participants_.end() || p->second.pushed) continue;
     p->second.proven = false;
@@ -457,7 +514,7 @@ void RoundEngine::OpenNextRoundLocked() {
       it = participants_.erase(it);
       continue;
     }
-    if (p.sessions > 0 && (cold || p.proven)) expected_.insert(it->first);
+    if (p.sessions > 0 && (cold || p.proven) && !options_.async.enabled) expected_.insert(it->first);
     ++it;
   }
 }

@@ -31,7 +31,16 @@
 // signs, one vote per participant); outer SGD on θ_true; down = C(θ_true − θ_pub);
 // θ_pub += decode(down). Each session learns in its round's update what share of its push
 // counted (RoundUpdate::landed), so its error feedback keeps the rest.
-// θ_true − θ_pub is the downlink's error feedback. No peer input can make the engine abort:
+// θ_true − θ_pub is the downlink's error feedback.
+// Asynchronous mode (EngineOptions::async, kMean only): no round barrier. A push names the
+// public version (round) its worker started from; any version from open − max_staleness to
+// the open round is taken into the open round (older: FAILED_PRECONDITION, fetch the model;
+// a session pushes once per round and never twice from one version). The round closes once
+// max(1, min_quorum) non-empty pushes are in and a grace window has passed since the first:
+// grace_factor x the median gap between the latest pushes (their arrival rate), within
+// [grace_min_s, grace_max_s]. Nobody is expected, so nobody is waited for and nobody misses.
+// A push s versions behind weighs (1 + s)^-staleness_power of its participant's weight.
+// No peer input can make the engine abort:
 // payloads are bounded at decode (kMaxAbsValue), and should the server's own downlink ever
 // fail its check, the round's step is discarded (θ_true reset to θ_pub) instead.
 #pragma once
@@ -84,8 +93,19 @@ struct DecayRange {
   float rate = 0;
 };
 
+// Asynchronous mode's knobs (see the top).
+struct AsyncOptions {
+  bool enabled = false;
+  uint64_t max_staleness = 4;     // versions a push may lag the open round
+  double grace_min_s = 0.05, grace_max_s = 30;
+  double grace_factor = 2;        // x the median gap between the latest pushes
+  size_t gap_samples = 16;        // the latest gaps kept
+  double staleness_power = 0.5;   // a push s versions behind weighs (1 + s)^-power
+};
+
 struct EngineOptions {
   size_t min_quorum = 1;             // pushes required before a round may close
+  AsyncOptions async;                // no round barrier (kMean only)
   double round_timeout_s = 120;      // after half the expected workers pushed, stop waiting for the rest
   double heartbeat_timeout_s = 30;   // evict a worker silent for this long
   uint64_t total_rounds = 0;         // the run ends after this many rounds (0: never)
@@ -157,6 +177,8 @@ struct EngineStats {
   uint64_t downlink_resets = 0;  // rounds whose step was discarded because the downlink failed its check
   uint64_t stragglers = 0;       // expected participants missing when a round closed, summed over rounds
   uint64_t straggler_waits = 0;  // rounds that waited out the straggler deadline for a missing participant
+  uint64_t stale_pushes = 0, staleness_sum = 0;  // async: pushes merged from an older version, their total lag
+  double last_grace_s = 0;       // async: the grace window the last round closed after
   uint32_t last_contributors = 0, last_expected = 0;  // of the last closed round
   double last_close_seconds = 0;  // the last close's work: screening, summing, outer step, downlink (no checkpoint)
   HistogramData round_durations;  // seconds from a round's opening to its close
@@ -246,6 +268,7 @@ class RoundEngine {
     bool reported = false;
     WorkerStats stats;        // the last Report
     uint64_t next_round = 0;  // the round after its last accepted push
+    uint64_t next_base = 0;   // async: the version after its last accepted push's (older: a duplicate)
   };
   struct Participant {
     std::string name;       // its first session's name, for logs and metrics
@@ -262,6 +285,7 @@ class RoundEngine {
     uint64_t worker_id;
     std::string participant;
     std::string payload;
+    uint64_t staleness = 0;  // async: versions behind the round it counts in
   };
 
   // kMean: a push's payload checked against the plan and decoded for its norm, before the
@@ -272,10 +296,15 @@ class RoundEngine {
   };
   PreChecked PreCheck(absl::string_view payload) const;
   // kMean: holds a checked push until the close, unless the round is full.
-  absl::Status HoldLocked(uint64_t worker_id, const std::string& participant, absl::string_view payload)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records an accepted on-time push; `makes_round`: it counts towards the quorum.
-  void AcceptLocked(uint64_t worker_id, Member& m, Participant& p, size_t bytes, bool makes_round)
+  absl::Status HoldLocked(uint64_t worker_id, const std::string& participant, absl::string_view payload,
+                          uint64_t staleness) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Async: whether a push from version `base` may count in the open round.
+  absl::Status CheckBaseLocked(uint64_t worker_id, const Member& m, uint64_t base) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Async: the grace window after a round's first push (see the top).
+  double GraceLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records an accepted push from version `base` (the open round but in async mode);
+  // `makes_round`: it counts towards the quorum.
+  void AcceptLocked(uint64_t worker_id, Member& m, Participant& p, size_t bytes, bool makes_round, uint64_t base)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeCloseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   EngineState ExportStateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -329,6 +358,8 @@ class RoundEngine {
   RobustAggregator aggregator_ ABSL_GUARDED_BY(mu_);
   std::vector<int32_t> votes_ ABSL_GUARDED_BY(mu_);  // (kVote only)
   double first_push_time_ ABSL_GUARDED_BY(mu_) = -1;
+  double last_push_time_ ABSL_GUARDED_BY(mu_) = -1;   // async: for the gaps between pushes
+  std::deque<double> push_gaps_ ABSL_GUARDED_BY(mu_);  // async: the latest gap_samples gaps
   double straggler_clock_ ABSL_GUARDED_BY(mu_) = -1;  // when the straggler deadline started
   double round_open_time_ ABSL_GUARDED_BY(mu_);
   Histogram round_durations_{DurationBuckets()};

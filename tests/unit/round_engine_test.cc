@@ -696,5 +696,119 @@ TEST(RoundEngine, SignVotesOfZeroDirectionsDoNotDrift) {
   EXPECT_NEAR(mean, 0.0, 0.35);
 }
 
+// Asynchronous mode: plain averaging (no screening) so the weights can be read off θ.
+EngineOptions AsyncOptionsForTest() {
+  EngineOptions o = Fixture::Defaults();
+  o.async.enabled = true;
+  o.async.grace_min_s = 0.05;
+  o.async.grace_max_s = 1;
+  o.async.max_staleness = 2;
+  o.min_quorum = 2;
+  o.screen.mode = Robust::kOff;
+  return o;
+}
+
+// Two fast workers close rounds at the quorum and the grace window, without waiting for a
+// third that has not pushed; its push from an older version lands in the open round with
+// weight (1 + 1)^-0.5, and every replica follows the server's versions bit for bit.
+TEST(RoundEngine, AsyncMergesTheQuorumAndLaterAStalePushWithoutWaiting) {
+  Fixture f(AsyncOptionsForTest());
+  auto a = f.engine.Join("a"), b = f.engine.Join("b"), slow = f.engine.Join("slow");
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 1, 1, 1})).ok());
+  f.clock.Advance(0.01);
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 0, DensePayload({3, 3, 3, 3})).ok());
+  f.engine.Tick();
+  EXPECT_EQ(f.engine.OpenRound(), 0u);  // the grace window: 2 x 0.01 s, raised to grace_min_s
+  f.clock.Advance(0.04);
+  f.engine.Tick();
+  EXPECT_EQ(f.engine.OpenRound(), 1u);  // closed without `slow`, and no straggler wait counted
+  EXPECT_EQ(f.engine.Stats().straggler_waits, 0u);
+  EXPECT_DOUBLE_EQ(f.engine.Stats().last_grace_s, 0.05);
+  auto u0 = f.engine.AwaitRound(0, 0);
+  ASSERT_TRUE(u0.ok());
+  EXPECT_EQ(u0->contributors, 2u);
+  for (float v : *f.engine.Snapshot().params) EXPECT_FLOAT_EQ(v, 1.0f - 2.0f);
+
+  // Round 1: `slow` pushes from version 0 (one behind), a and b from version 1.
+  ASSERT_TRUE(f.engine.Push(slow.worker_id, 0, DensePayload({6, 6, 6, 6})).ok());
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 1, DensePayload({1, 1, 1, 1})).ok());
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 1, DensePayload({1, 1, 1, 1})).ok());
+  f.clock.Advance(1.0);
+  f.engine.Tick();
+  auto u1 = f.engine.AwaitRound(1, 0);
+  ASSERT_TRUE(u1.ok());
+  EXPECT_EQ(u1->contributors, 3u);
+  const float w = static_cast<float>(1 / std::sqrt(2.0));
+  const float mean = (1 + 1 + w * 6) / (2 + w);
+  for (float v : *f.engine.Snapshot().params) EXPECT_NEAR(v, -1.0f - mean, 1e-6);
+  const EngineStats st = f.engine.Stats();
+  EXPECT_EQ(st.stale_pushes, 1u);
+  EXPECT_EQ(st.staleness_sum, 1u);
+  std::vector<float> replica = f.init;  // a worker that applies the versions in order
+  for (const auto& u : {*u0, *u1}) ASSERT_TRUE(DecodeAccumulate(*u.payload, 4, replica.data()).ok());
+  EXPECT_EQ(ParamChecksum(replica.data(), 4), u1->checksum);
+}
+
+// A push from a version too old, or not yet published, is refused (fetch the model); a
+// session pushes once per round and never twice from one version, also once the round closed.
+TEST(RoundEngine, AsyncRefusesStaleFutureAndRepeatedVersions) {
+  Fixture f(AsyncOptionsForTest());
+  auto a = f.engine.Join("a"), b = f.engine.Join("b"), c = f.engine.Join("c");
+  for (uint64_t r = 0; r < 3; ++r) {
+    ASSERT_TRUE(f.engine.Push(a.worker_id, r, DensePayload({1, 0, 0, 0})).ok());
+    ASSERT_TRUE(f.engine.Push(b.worker_id, r, DensePayload({1, 0, 0, 0})).ok());
+    f.clock.Advance(1.0);
+    f.engine.Tick();
+  }
+  ASSERT_EQ(f.engine.OpenRound(), 3u);
+  absl::Status old = f.engine.Push(c.worker_id, 0, DensePayload({1, 0, 0, 0}));
+  EXPECT_EQ(old.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(old.message().find("3 versions behind round 3 (at most 2)"), std::string::npos) << old;
+  EXPECT_EQ(f.engine.Push(c.worker_id, 4, DensePayload({1, 0, 0, 0})).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(f.engine.Push(c.worker_id, 1, DensePayload({1, 0, 0, 0})).ok());  // 2 behind: taken
+  EXPECT_EQ(f.engine.Push(c.worker_id, 3, DensePayload({1, 0, 0, 0})).code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 3, DensePayload({1, 0, 0, 0})).ok());
+  f.clock.Advance(1.0);
+  f.engine.Tick();
+  ASSERT_EQ(f.engine.OpenRound(), 4u);
+  // c's reply was lost: its retry from version 1 is a duplicate, not a new update.
+  EXPECT_EQ(f.engine.Push(c.worker_id, 1, DensePayload({1, 0, 0, 0})).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(f.engine.Push(c.worker_id, 2, DensePayload({1, 0, 0, 0})).code(), absl::StatusCode::kOk);
+}
+
+// The grace window follows the arrival rate: grace_factor x the median gap between the latest
+// pushes, within [grace_min_s, grace_max_s].
+TEST(RoundEngine, AsyncGraceFollowsTheArrivalRate) {
+  EngineOptions o = AsyncOptionsForTest();
+  o.async.grace_max_s = 5;
+  o.min_quorum = 1;
+  {
+    Fixture f(o);
+    auto a = f.engine.Join("a"), b = f.engine.Join("b"), c = f.engine.Join("c");
+    ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 0, 0, 0})).ok());
+    f.clock.Advance(0.4);
+    ASSERT_TRUE(f.engine.Push(b.worker_id, 0, DensePayload({1, 0, 0, 0})).ok());  // one gap: grace 0.8 s
+    f.clock.Advance(0.39);
+    f.engine.Tick();
+    EXPECT_EQ(f.engine.OpenRound(), 0u);
+    f.clock.Advance(0.01);
+    ASSERT_TRUE(f.engine.Push(c.worker_id, 0, DensePayload({1, 0, 0, 0})).ok());  // 0.8 s after the first
+    EXPECT_EQ(f.engine.OpenRound(), 1u);
+    EXPECT_NEAR(f.engine.Stats().last_grace_s, 0.8, 1e-9);
+    auto u = f.engine.AwaitRound(0, 0);
+    ASSERT_TRUE(u.ok());
+    EXPECT_EQ(u->contributors, 3u);
+  }
+  {
+    Fixture f(o);  // pushes 10 s apart: the window stops at grace_max_s
+    auto a = f.engine.Join("a"), b = f.engine.Join("b");
+    ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 0, 0, 0})).ok());
+    f.clock.Advance(10);
+    ASSERT_TRUE(f.engine.Push(b.worker_id, 0, DensePayload({1, 0, 0, 0})).ok());
+    EXPECT_EQ(f.engine.OpenRound(), 1u);
+    EXPECT_DOUBLE_EQ(f.engine.Stats().last_grace_s, 5);
+  }
+}
+
 }  // namespace
 }  // namespace muloco
