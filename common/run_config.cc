@@ -233,6 +233,9 @@ absl::StatusOr<RunKinds> ParseKinds(const v1::RunConfig& c) {
   RunKinds k;
   if (c.mode() == "signmuon") k.mode = RunMode::kSignMuon;
   else if (c.mode() != "diloco") return bad("mode must be diloco or signmuon");
+  if (c.sync() == "async") k.async = true;
+  else if (c.sync() != "sync" && !c.sync().empty()) return bad("sync must be sync or async");
+  if (k.async && k.mode != RunMode::kDiloco) return bad("sync async needs mode diloco (a vote has no staleness weight)");
   if (c.inner_optimizer() == "muon") k.inner = InnerOptimizer::kMuon;
   else if (c.inner_optimizer() != "adamw") return bad("inner_optimizer must be adamw or muon");
   if (c.muon_scale() == "adamw") k.muon_scale = MuonScale::kMatchAdamW;
@@ -255,7 +258,7 @@ std::string DescribeRunConfig(const v1::RunConfig& c) {
   const std::string llama = IsLlama(m) ? absl::StrCat(", kv heads ", KvHeads(m), ", ffn ", FfnDim(m),
                                                       m.tie_embeddings() ? ", tied" : "")
                                         : "";
-  return absl::StrCat(c.preset().empty() ? "" : c.preset() + ": ", c.mode(), IsLlama(m) ? ", LLaMA(vocab " : ", GPT(vocab ",
+  return absl::StrCat(c.preset().empty() ? "" : c.preset() + ": ", c.mode(), KindsOf(c).async ? " (async)" : "", IsLlama(m) ? ", LLaMA(vocab " : ", GPT(vocab ",
                       m.vocab_size(), ", layers ", m.n_layer(), ", heads ", m.n_head(), llama, ", d ", m.d_model(),
                       ", ctx ", m.context(), ") H=", c.inner_steps(), " rounds=", c.total_rounds(), " batch=", c.batch_size(), " inner=",
                       c.inner_optimizer(), " lr=", c.inner_lr(),

@@ -61,6 +61,7 @@ struct RunKinds {
   RunMode mode = RunMode::kDiloco;
   InnerOptimizer inner = InnerOptimizer::kAdamW;
   MuonScale muon_scale = MuonScale::kShape;
+  bool async = false;  // sync: async
 };
 // INVALID_ARGUMENT naming the field for an unknown choice.
 absl::StatusOr<RunKinds> ParseKinds(const v1::RunConfig& config);

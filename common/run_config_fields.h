@@ -15,6 +15,9 @@
 // X(type, flag, "path", base, "help")
 #define MULOCO_RUN_CONFIG_FIELDS(X)                                                                                   \
   X(std::string, mode, "mode", "diloco", "diloco (mean + outer SGD) or signmuon (majority vote)")                    \
+  X(std::string, sync, "sync", "sync",                                                                               \
+    "sync (a round waits for its expected workers) or async (no barrier: a round closes at the quorum and a grace "   \
+    "window, pushes from older versions weigh less; diloco only)")                                                   \
   X(uint32_t, vocab_size, "model.vocab_size", 256, "Model: vocabulary size (256 for bytes)")                         \
   X(uint32_t, n_layer, "model.n_layer", 2, "Model: transformer layers")                                              \
   X(uint32_t, n_head, "model.n_head", 4, "Model: attention heads")                                                   \

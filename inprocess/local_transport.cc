@@ -39,6 +39,7 @@ absl::StatusOr<RoundResult> LocalTransport::AwaitRound(uint64_t worker_id, uint6
     if (u.status().code() == absl::StatusCode::kDeadlineExceeded) continue;
     if (!u.ok()) return u.status();
     RoundResult r{u->round, u->next_round, u->checksum, u->contributors, u->done, *u->payload, {}};
+    r.mine = u->pushed != nullptr && u->pushed->count(worker_id) > 0;
     if (u->landed != nullptr) {
       auto mine = u->landed->find(worker_id);
       if (mine != u->landed->end()) r.landed = mine->second;

@@ -15,6 +15,10 @@
 ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "Address to serve on (port 0 picks a free port)");
 ABSL_FLAG(std::string, port_file, "", "If set, write the bound port here once serving");
 ABSL_FLAG(uint32_t, min_quorum, 1, "Pushes required before a round may close");
+ABSL_FLAG(uint64_t, max_staleness, 4, "--sync=async: versions a push may lag the open round (older: the worker fetches the model)");
+ABSL_FLAG(double, grace_min_s, 0.05, "--sync=async: a round closes at the quorum and a grace window of 2x the median gap "
+          "between the latest pushes, at least this long");
+ABSL_FLAG(double, grace_max_s, 30, "--sync=async: the grace window's upper bound");
 ABSL_FLAG(double, round_timeout_s, 120, "Once half the expected workers pushed, wait this many seconds at most for the rest (and 4x this after the first push)");
 ABSL_FLAG(double, heartbeat_timeout_s, 30, "Evict a worker silent for this many seconds");
 ABSL_FLAG(uint32_t, chunk_bytes, 1 << 20, "Bytes per streamed chunk");
@@ -89,6 +93,9 @@ int main(int argc, char** argv) {
   o.init_model = absl::GetFlag(FLAGS_init_model);
   o.adamw_params = absl::GetFlag(FLAGS_adamw_params);
   o.min_quorum = absl::GetFlag(FLAGS_min_quorum);
+  o.async.max_staleness = absl::GetFlag(FLAGS_max_staleness);
+  o.async.grace_min_s = absl::GetFlag(FLAGS_grace_min_s);
+  o.async.grace_max_s = absl::GetFlag(FLAGS_grace_max_s);
   o.round_timeout_s = absl::GetFlag(FLAGS_round_timeout_s);
   o.heartbeat_timeout_s = absl::GetFlag(FLAGS_heartbeat_timeout_s);
   o.linger_s = absl::GetFlag(FLAGS_linger_s);

@@ -441,6 +441,14 @@ size_t RoundEngine::TallyVotesLocked() {
 
 void RoundEngine::CloseRoundLocked() {
   const auto close_start = std::chrono::steady_clock::now();
+  std::string note;  // async: how stale the merged pushes were
+  if (options_.async.enabled) {
+    uint64_t stale = 0, lag = 0;
+    for (const Pending& p : pending_) stale += p.staleness > 0, lag = std::max(lag, p.staleness);
+    note = absl::StrFormat(" (async: %llu of %zu pushes stale, up to %llu versions; grace %.2f s)",
+                           static_cast<unsigned long long>(stale), pending_.size(), static_cast<unsigned long long>(lag),
+                           stats_.last_grace_s);
+  }
   auto landed = std::make_shared<std::map<uint64_t, std::vector<LandedRange>>>();
   // sum_ = the vote's sign, or the screened mean pseudo-gradient
   const size_t contributors =
@@ -457,6 +465,7 @@ void RoundEngine::CloseRoundLocked() {
   update.done = options_.total_rounds != 0 && update.next_round >= options_.total_rounds;
   update.payload = std::move(payload);
   update.landed = std::move(landed);
+  update.pushed = std::make_shared<const std::set<uint64_t>>(pushed_);
   history_.push_back(update);
   while (history_.size() > std::max<size_t>(1, options_.keep_rounds)) history_.pop_front();
 
@@ -476,17 +485,17 @@ void RoundEngine::CloseRoundLocked() {
   }
   // Logged after the checkpoint: with checkpoints every round, a round in the log is a round
   // a restarted server still has.
-  LogCloseLocked(update);
+  LogCloseLocked(update, note);
   round_bytes_up_ = 0;
   std::fill(sum_.begin(), sum_.end(), 0.0f);
   OpenNextRoundLocked();
   round_closed_.SignalAll();
 }
 
-void RoundEngine::LogCloseLocked(const RoundUpdate& update) const {
+void RoundEngine::LogCloseLocked(const RoundUpdate& update, const std::string& note) const {
   const size_t n = num_params_;
-  Logf("server", "round %llu closed: %u contributors, %zu expected, up %llu bytes (%s), down %zu bytes (%s), checksum %016llx%s",
-       static_cast<unsigned long long>(update.round), update.contributors, expected_.size(),
+  Logf("server", "round %llu closed: %u contributors, %zu expected%s, up %llu bytes (%s), down %zu bytes (%s), checksum %016llx%s",
+       static_cast<unsigned long long>(update.round), update.contributors, expected_.size(), note.c_str(),
        static_cast<unsigned long long>(update.bytes_up), SizeNote(update.bytes_up, pushed_.size(), n).c_str(),
        update.payload->size(), SizeNote(update.payload->size(), 1, n).c_str(),
        static_cast<unsigned long long>(update.checksum), update.done ? " (final)" : "");

@@ -144,6 +144,7 @@ struct RoundUpdate {
   // Sessions whose push did not count in full: the ranges and the share that counted
   // (absent: all of it counted; a session that did not push is absent too).
   std::shared_ptr<const std::map<uint64_t, std::vector<LandedRange>>> landed;
+  std::shared_ptr<const std::set<uint64_t>> pushed;  // sessions whose push counts in this round
 };
 
 // θ_pub at the start of the open round.
@@ -312,7 +313,8 @@ class RoundEngine {
   // kVote: sum_ = the sign of the counted votes (polar-projected, scaled by the schedule),
   // with the vote's weight decay applied to θ_true; returns the participants counted.
   size_t TallyVotesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void LogCloseLocked(const RoundUpdate& update) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `note`: what else the line says (async: the stale pushes and the grace window).
+  void LogCloseLocked(const RoundUpdate& update, const std::string& note) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends a session; its participant goes with its last session (a keyless one for good).
   void ForgetLocked(uint64_t worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AnyProvenLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -35,10 +35,12 @@ namespace {
 absl::Status CheckOptions(const ServerOptions& o) {
   if (!(o.round_timeout_s > 0) || !(o.heartbeat_timeout_s > 0) || o.service.chunk_bytes < 4 ||
       !(o.service.idle_timeout_s > 0) || !(o.service.max_await_s >= 1) || o.transport_memory_mb < 16 ||
-      o.max_connections < 1 || o.max_connections_per_address < 1) {
+      o.max_connections < 1 || o.max_connections_per_address < 1 || !(o.async.grace_min_s >= 0) ||
+      !(o.async.grace_max_s >= o.async.grace_min_s)) {
     return absl::InvalidArgumentError(
         "need round_timeout_s > 0, heartbeat_timeout_s > 0, chunk_bytes >= 4, idle_timeout_s > 0, "
-        "max_await_s >= 1, transport_memory_mb >= 16, max_connections >= 1, max_connections_per_address >= 1");
+        "max_await_s >= 1, transport_memory_mb >= 16, max_connections >= 1, max_connections_per_address >= 1, "
+        "0 <= grace_min_s <= grace_max_s");
   }
   return ValidateRunConfig(o.config);
 }
@@ -48,6 +50,8 @@ absl::Status CheckOptions(const ServerOptions& o) {
 EngineOptions EngineOptionsFor(const ServerOptions& o, const v1::RunConfig& config, const ParamLayout& layout) {
   EngineOptions eo;
   eo.min_quorum = o.min_quorum;
+  eo.async = o.async;
+  eo.async.enabled = KindsOf(config).async;
   eo.round_timeout_s = o.round_timeout_s;
   eo.heartbeat_timeout_s = o.heartbeat_timeout_s;
   eo.total_rounds = config.total_rounds();

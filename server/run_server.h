@@ -25,6 +25,7 @@ struct ServerOptions {
   std::string adamw_params = kDefaultAdamwParams;  // 2-D tensors whose names match stay with AdamW
                                                    // (common/model_layout.h: AssignGroups)
   uint32_t min_quorum = 1;              // pushes required before a round may close
+  AsyncOptions async;                   // sync async: staleness and grace bounds (enabled comes from the config)
   double round_timeout_s = 120;         // once half the expected pushed, wait this long for the rest
   double heartbeat_timeout_s = 30;      // evict a worker silent this long
   double linger_s = 30;                 // after the final round, serve until all workers leave, or no

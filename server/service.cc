@@ -299,6 +299,7 @@ grpc::Status MulocoService::AwaitRound(grpc::ServerContext* ctx, const v1::Await
     chunk.set_contributors(update->contributors);
     chunk.set_done(update->done);
     chunk.set_data(payload.data() + offset, count);
+    if (offset == 0) chunk.set_caller_pushed(update->pushed != nullptr && update->pushed->count(id) > 0);
     if (offset == 0 && update->landed != nullptr) {  // this worker's own screening outcome
       auto mine = update->landed->find(id);
       if (mine != update->landed->end()) {

@@ -314,6 +314,7 @@ absl::StatusOr<RoundResult> ServerClient::AwaitOnce(uint64_t worker_id, uint64_t
       if (chunk.total_bytes() > (size_t{1} << 36)) return absl::DataLossError("round: absurd payload size");
       r.payload.reserve(chunk.total_bytes());
       for (const v1::LandedRange& l : chunk.landed()) r.landed.push_back(LandedRange{l.offset(), l.count(), l.fraction()});
+      r.mine = chunk.caller_pushed();
       first = false;
     }
     if (chunk.round() != r.round || chunk.data().size() > chunk.total_bytes() - r.payload.size()) {

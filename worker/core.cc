@@ -153,27 +153,41 @@ Exchanged WorkerCore::Exchange(uint64_t round, const std::string& payload, float
     return x;
   }
   uplink_->Commit();
-  x.stage = Exchanged::kAwait;
-  absl::StatusOr<RoundResult> result = Retry([&] { return client_.AwaitRound(id_.load(), round); }, o_.retry_timeout_s);
-  if (!result.ok()) {
-    x.status = result.status();
-    return x;
-  }
-  x.result = *std::move(result);
-  if (!x.result.landed.empty()) {  // screening counted only part of the push: e keeps the rest
-    size_t cut = 0;
-    for (const LandedRange& l : x.result.landed) cut += l.fraction < 1.0f;
-    if (absl::Status s = uplink_->KeepUnlanded(payload, x.result.landed); !s.ok()) {
-      LogWarn(tag_.c_str(), "round %llu: the server's screening note is unusable (%s)",
-              static_cast<unsigned long long>(round), std::string(s.message()).c_str());
-    } else {
-      Logf(tag_.c_str(), "round %llu: the server's screening counted part of this push (%zu ranges); "
-           "error feedback keeps the rest", static_cast<unsigned long long>(round), cut);
+  // The replica applies every round from `round` (its version) in order, up to the one the
+  // push counts in: `round` itself in a synchronous run, a later one in an asynchronous run
+  // when rounds closed while it was on its way.
+  const bool async = KindsOf(config_).async;
+  for (uint64_t v = round;; ++v) {
+    x.stage = Exchanged::kAwait;
+    if (v > round + kMaxVersionsToCount) {  // the push was lost (or never counted): start again
+      x.status = absl::FailedPreconditionError(absl::StrCat("the push from version ", round, " counted in none of the ",
+                                                            kMaxVersionsToCount + 1, " rounds after it"));
+      return x;
     }
+    absl::StatusOr<RoundResult> result = Retry([&] { return client_.AwaitRound(id_.load(), v); }, o_.retry_timeout_s);
+    if (!result.ok()) {
+      x.status = result.status();
+      return x;
+    }
+    x.result = *std::move(result);
+    if (!x.result.landed.empty()) KeepUnlanded(payload, x.result);
+    x.stage = Exchanged::kApply;
+    x.status = pub_.Apply(x.result);
+    if (!x.status.ok() || !async || x.result.mine || x.result.done) return x;
   }
-  x.stage = Exchanged::kApply;
-  x.status = pub_.Apply(x.result);
-  return x;
+}
+
+void WorkerCore::KeepUnlanded(const std::string& payload, const RoundResult& r) {
+  // Screening counted only part of the push: e keeps the rest.
+  size_t cut = 0;
+  for (const LandedRange& l : r.landed) cut += l.fraction < 1.0f;
+  if (absl::Status s = uplink_->KeepUnlanded(payload, r.landed); !s.ok()) {
+    LogWarn(tag_.c_str(), "round %llu: the server's screening note is unusable (%s)",
+            static_cast<unsigned long long>(r.round), std::string(s.message()).c_str());
+  } else {
+    Logf(tag_.c_str(), "round %llu: the server's screening counted part of this push (%zu ranges); "
+         "error feedback keeps the rest", static_cast<unsigned long long>(r.round), cut);
+  }
 }
 
 absl::StatusOr<bool> WorkerCore::Settle(const Exchanged& x, const PushedRound& p, double wait_s) {

@@ -61,12 +61,16 @@ class WorkerCore {
   // After the first Join: the uplink for the run's codec and heartbeats every heartbeat_s.
   absl::Status Begin();
   // One round's push and wait: Push (ALREADY_EXISTS: an earlier try got through), commit
-  // the uplink's error feedback, AwaitRound (both retried), apply the update to the replica.
+  // the uplink's error feedback, AwaitRound (both retried), apply the update to the replica;
+  // in an asynchronous run, every round from `round` (the replica's version) up to the one
+  // the push counts in, in order.
   // Touches only the transport, the uplink and the replica (safe beside training).
   Exchanged Exchange(uint64_t round, const std::string& payload, float train_loss);
   // Acts on an exchange's outcome: counts and logs the closed round (true); after a
   // recoverable failure resyncs (false); anything else is returned.
   absl::StatusOr<bool> Settle(const Exchanged& x, const PushedRound& p, double wait_s);
+  // An asynchronous run: rounds an exchange applies, at most, looking for its push's round.
+  static constexpr uint64_t kMaxVersionsToCount = 64;
   // Stops heartbeats and leaves the run (errors logged, not returned).
   void Leave();
 
@@ -105,6 +109,9 @@ class WorkerCore {
   double wait_seconds() const { return wait_seconds_; }
 
  private:
+  // Screening counted only part of the push whose round `r` is: the uplink's error feedback keeps the rest.
+  void KeepUnlanded(const std::string& payload, const RoundResult& r);
+
   const WorkerOptions& o_;
   Transport& client_;
   const std::string token_;

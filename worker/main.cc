@@ -69,6 +69,9 @@ ABSL_FLAG(uint32_t, overlap_steps, 0,
 ABSL_FLAG(std::string, device, "auto",
           "Where to train and compress: cpu, cuda, cuda:N, or auto (CUDA when usable, else the CPU)");
 ABSL_FLAG(std::string, dtype, "fp32", "Forward/backward precision: fp32, or bf16 (autocast on CUDA; fp32 master weights)");
+ABSL_FLAG(double, slowdown, 1,
+          "Throttle for tests and benches: after each inner step sleep (slowdown - 1) x its time (a worker this many "
+          "times slower)");
 ABSL_FLAG(double, progress_s, 30, "Log a progress line this often while a round trains (0: never)");
 ABSL_FLAG(bool, init_from_seed, true,
           "Joining a fresh run (round 0): build the initial model from the run's init_seed instead of fetching it, "
@@ -136,6 +139,8 @@ absl::StatusOr<muloco::WorkerOptions> OptionsFromFlags() {
   o.overlap = absl::GetFlag(FLAGS_overlap);
   o.init_from_seed = absl::GetFlag(FLAGS_init_from_seed);
   o.overlap_steps = absl::GetFlag(FLAGS_overlap_steps);
+  o.slowdown = absl::GetFlag(FLAGS_slowdown);
+  if (!(o.slowdown >= 1)) return absl::InvalidArgumentError("--slowdown must be at least 1");
   std::string note;
   absl::StatusOr<ComputeDevice> device = ResolveDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_dtype), &note);
   if (!device.ok()) return device.status();

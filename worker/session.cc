@@ -340,7 +340,8 @@ std::optional<int> WorkerSession::Start() {
   Logf(tag_.c_str(), "data %s; device %s", corpus_->description.c_str(), o_.device.Name().c_str());
   trainer_ = NewTrainer();
   signmuon_ = KindsOf(config_).mode == RunMode::kSignMuon;
-  overlap_ = o_.overlap && !signmuon_;
+  // An asynchronous run never waits: the exchange always flies beside the next round's training.
+  overlap_ = (o_.overlap || KindsOf(config_).async) && !signmuon_;
   if (o_.overlap && signmuon_) {
     LogWarn(tag_.c_str(), "--overlap: SignMuon takes one step per round, nothing to overlap; running without it");
   }
@@ -410,7 +411,8 @@ WorkerSession::Trained WorkerSession::Train(uint64_t r, bool continuing) {
   auto after_step = [&](uint32_t steps) {
     const auto now = std::chrono::steady_clock::now();
     inner_steps_.Observe(Seconds(now - step_start));
-    step_start = now;
+    if (o_.slowdown > 1 && !core_.Nap((o_.slowdown - 1) * Seconds(now - step_start))) return false;
+    step_start = std::chrono::steady_clock::now();
     steps_done_ = steps;
     progress.AfterStep(steps);
     if (flight_.Due(steps, o_.overlap_steps)) {
@@ -459,6 +461,9 @@ absl::StatusOr<bool> WorkerSession::Sound(uint64_t r) {
 }
 
 absl::Status WorkerSession::Push(uint64_t r, const Trained& t) {
+  // The version the update starts from: round r, but in an asynchronous run, where rounds
+  // close without this worker, the replica's (a rebase moved the training onto it).
+  if (KindsOf(config_).async) r = pub_.round();
   absl::StatusOr<std::string> encoded = core_.uplink().Encode(trainer_->delta().data(), r);
   if (!encoded.ok()) return encoded.status();  // the device failed mid-run
   std::string payload = *std::move(encoded);

@@ -33,6 +33,7 @@ struct RoundResult {
   bool done = false;
   std::string payload;
   std::vector<LandedRange> landed;  // where this worker's push did not count in full (empty: it all did)
+  bool mine = false;                // this worker's push counts in this round
 };
 
 class Transport {

@@ -37,6 +37,8 @@ struct WorkerOptions {
   bool overlap = false;
   uint32_t overlap_steps = 0;              // overlap: apply the update after exactly this many steps (0: on arrival)
   double progress_s = 30;                  // log a progress line this often while a round trains (0: never)
+  double slowdown = 1;                     // a throttle (tests, benches): after each inner step, sleep
+                                           // (slowdown - 1) x that step's time
   // A fresh run's initial model is a function of the run config (common/model_layout.h:
   // InitParams): build it here instead of fetching it, when its checksum is the server's.
   bool init_from_seed = true;

@@ -1,0 +1,65 @@
+"""The asynchronous mode (--sync=async): no round barrier. Beside two workers, one four times
+slower (--slowdown=4): rounds close at the quorum and the grace window without waiting for it,
+its pushes are merged later with their staleness in the server's log, it contributes fewer
+rounds than the others, and every worker ends on the server's final model bit for bit. A
+worker killed with SIGKILL mid-run: the rounds after its death close as fast as before (no
+round waits for it, though the heartbeat timeout would take 30 s to evict it); started again,
+it joins, contributes and ends on the server's model too."""
+import re
+import time
+import unittest
+
+from harness import TINY, ClusterTest
+
+ASYNC = [*TINY, "--sync=async", "--inner_steps=10", "--min_quorum=2", "--grace_max_s=2", "--round_timeout_s=60"]
+SETTLED = re.compile(r"round \d+: train_loss")  # one per exchange that counted (worker log)
+CLOSED = re.compile(r"round (\d+) closed: (\d+) contributors.*?\(async: (\d+) of (\d+) pushes stale, up to (\d+) versions")
+
+
+class Async(ClusterTest):
+    def finish(self, server, workers, names):
+        for w in workers:
+            self.assertEqual(w.wait(timeout=300), 0, w.text()[-3000:])
+        self.assertEqual(server.wait(timeout=60), 0, server.text()[-3000:])
+        final = self.read_bytes("server.bin")
+        for name in names:
+            self.assertEqual(self.read_bytes(f"{name}.bin"), final, f"{name} differs from the server")
+
+    def test_a_slow_worker_is_merged_late_and_never_waited_for(self):
+        server, addr = self.start_server(*ASYNC, "--rounds=16", f"--save_final={self.path('server.bin')}")
+        names = ["fast0", "fast1", "slow"]
+        workers = [self.start_worker(addr, f"--name={n}", f"--save_final={self.path(n + '.bin')}",
+                                     *(["--slowdown=4"] if n == "slow" else []), name=n) for n in names]
+        self.finish(server, workers, names)
+        closes = CLOSED.findall(server.text())
+        self.assertEqual(len(closes), 16, server.text()[-3000:])
+        stale = sum(int(c[2]) for c in closes)
+        print(f"stale pushes {stale}, most lag {max(int(c[4]) for c in closes)}")
+        self.assertGreater(stale, 0)  # the slow worker's pushes, merged from older versions
+        counted = {n: len(SETTLED.findall(w.text())) for n, w in zip(names, workers)}
+        print(f"rounds whose update each worker applied after its push counted: {counted}")
+        self.assertGreaterEqual(counted["slow"], 1)
+        self.assertGreater(min(counted["fast0"], counted["fast1"]), 1.5 * counted["slow"])
+        self.assertNotIn("straggler", server.text())
+        self.assertIn("(async)", workers[0].text())  # the run's mode, from the server's config
+
+    def test_a_killed_worker_holds_no_round_and_comes_back(self):
+        server, addr = self.start_server(*ASYNC, "--rounds=60", f"--save_final={self.path('server.bin')}")
+        names = ["w0", "w1"]
+        workers = [self.start_worker(addr, f"--name={n}", f"--save_final={self.path(n + '.bin')}", name=n)
+                   for n in names]
+        victim = self.start_worker(addr, "--name=victim", name="victim")
+        self.wait_for(server, r"round 4 closed", 120)
+        victim.kill()
+        killed = time.time()
+        after = max(int(r) for r in re.findall(r"round (\d+) closed", server.text())) + 3
+        self.wait_for(server, rf"round {after} closed", 25)  # eviction alone would take 30 s
+        self.assertNotIn("evicting", server.text())  # so the rounds closed without it, not after its eviction
+        print(f"3 rounds closed {time.time() - killed:.1f} s after the kill")
+        again = self.start_worker(addr, "--name=victim", f"--save_final={self.path('victim.bin')}", name="again")
+        self.finish(server, [*workers, again], [*names, "victim"])
+        self.assertGreaterEqual(len(SETTLED.findall(again.text())), 1, again.text()[-3000:])
+
+
+if __name__ == "__main__":
+    unittest.main()
