@@ -104,7 +104,7 @@ def metric_total(lines, pattern):
 def start_server(a, d, seed, tokens):
     port_file = os.path.join(d, "server.port")
     flags = ["--insecure", f"--join_tokens={tokens}", f"--preset={a.preset}", *TINY, f"--rounds={a.rounds}",
-             f"--inner_steps={a.inner_steps}", "--min_quorum=2", f"--round_timeout_s={a.round_timeout_s}",
+             f"--inner_steps={a.inner_steps}", f"--min_quorum={a.honest}", f"--round_timeout_s={a.round_timeout_s}",
              "--eval_every=0", "--metrics_listen=127.0.0.1:0", "--linger_s=60", *seed_flags(seed),
              *shlex.split(a.server_flags)]
     server = Proc([os.path.join(a.build, "muloco-server"), "--listen=127.0.0.1:0", f"--port_file={port_file}", *flags],

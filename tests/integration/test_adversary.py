@@ -184,14 +184,15 @@ class Adversary(ClusterTest):
         for i in range(2):  # the honest workers were never kicked out
             self.assertNotRegex(server.text(), rf"evicting worker \d+ \(honest{i}")
 
-    def attack_table(self, names, honest):
+    def attack_table(self, names, honest, *flags):
         """bench/attacks.py (the independent client of attacks.py): each attack in its own run
         beside `honest` workers, two seeds, 10 rounds. Returns {attack: the row's cells}: sessions
         admitted, honest final loss, vs clean, rounds, wall s, pushes, screened, rounds waited."""
         out = self.path(f"attacks-{honest}.md")
         bench = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "attacks.py")
         r = subprocess.run([sys.executable, bench, "--build", BUILD, "--seeds", "2", "--honest", str(honest),
-                            "--attacks", ",".join(names), "--out", out, "--logs", self.path(f"attack-logs-{honest}")],
+                            "--attacks", ",".join(names), "--out", out, "--logs", self.path(f"attack-logs-{honest}"),
+                            *flags],
                            capture_output=True, text=True, timeout=900)
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
         with open(out) as f:
@@ -225,9 +226,11 @@ class Adversary(ClusterTest):
 
     def test_colluding_volunteers_are_bounded(self):
         """Two colluding tokens beside three honest workers. Bound: 3% (the aim for two
-        colluders); measured at HEAD in bench/README."""
+        colluders); measured at HEAD in bench/README. Every round waits for all three honest
+        workers (a round of 60 s at most): on a loaded machine a 5 s deadline cut honest workers
+        out of rounds, leaving the colluders half the votes (+6% once, in CI)."""
         names = ["collude2-scale", "collude2-stealthy"]
-        self.assert_bounded(self.attack_table(names, honest=3), names, 3.0)
+        self.assert_bounded(self.attack_table(names, 3, "--round_timeout_s=60"), names, 3.0)
 
     def test_floods_leave_memory_and_threads_bounded(self):
         server, addr, port, workers = self.start("--transport_memory_mb=64", "--rounds=12", "--inner_steps=100",
