@@ -13,15 +13,11 @@ with the seconds since the run started, and the time async took to reach sync's 
 import argparse
 import os
 import re
-import subprocess
-import sys
 import tempfile
 import time
 from datetime import datetime
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
-from harness import TINY  # noqa: E402
+from cluster import HERE, TINY, Cluster
 
 EVAL_RE = re.compile(r"^(\S+) INFO \[worker \S+\] eval: round (\d+) val_loss ([\d.]+)", re.M)
 CLOSED_RE = re.compile(r"round \d+ closed: (\d+) contributors")
@@ -33,31 +29,17 @@ def stamp(text):
 
 def run(a, mode, rounds, logdir):
     """One run to its end; returns (wall s, [(s since start, round, val loss)], contributors per round)."""
-    os.makedirs(logdir, exist_ok=True)
-    port_file = os.path.join(logdir, "port")
     flags = [*TINY, f"--sync={mode}", f"--rounds={rounds}", f"--inner_steps={a.inner_steps}", "--eval_every=2",
              f"--min_quorum={2 if mode == 'async' else len(a.slowdowns)}", "--round_timeout_s=600", *a.extra]
     t0 = time.time()
-    server = subprocess.Popen([os.path.join(a.build, "muloco-server"), "--listen=127.0.0.1:0", "--insecure",
-                               "--open_join", f"--port_file={port_file}", *flags],
-                              stdout=open(os.path.join(logdir, "server.log"), "w"), stderr=subprocess.STDOUT)
-    while not (os.path.exists(port_file) and open(port_file).read().strip()):
-        if server.poll() is not None:
-            raise RuntimeError(open(os.path.join(logdir, "server.log")).read()[-3000:])
-        time.sleep(0.05)
-    port = open(port_file).read().strip()
-    workers = [subprocess.Popen([os.path.join(a.build, "muloco-worker"), f"--server=127.0.0.1:{port}", "--insecure",
-                                 f"--name=w{i}", "--threads=1", "--progress_s=0", f"--slowdown={s}"],
-                                stdout=open(os.path.join(logdir, f"w{i}.log"), "w"), stderr=subprocess.STDOUT)
-               for i, s in enumerate(a.slowdowns)]
+    cluster = Cluster(a.build, logdir)
     try:
-        for p in workers + [server]:
-            if p.wait(timeout=a.timeout) != 0:
-                raise RuntimeError(f"{mode}: a process failed; logs in {logdir}")
+        port = cluster.start_server(flags)
+        for i, s in enumerate(a.slowdowns):
+            cluster.start_worker(f"w{i}", port, [f"--slowdown={s}"])
+        cluster.wait(a.timeout)
     finally:
-        for p in workers + [server]:
-            if p.poll() is None:
-                p.kill()
+        cluster.kill()
     wall = time.time() - t0
     text = open(os.path.join(logdir, "w0.log")).read()
     evals = [(stamp(ts) - t0, int(r), float(v)) for ts, r, v in EVAL_RE.findall(text)]

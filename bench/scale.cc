@@ -175,7 +175,7 @@ Row InProcess(const v1::RunConfig& config, const std::string& codec, size_t work
       for (int k = 0; k < threads; ++k) {
         pool.emplace_back([&, k] {
           for (size_t w; (w = next++) < workers;) {
-            absl::Status s = t[w]->Push(ids[w], r, payloads[w % payloads.size()], 0);
+            absl::Status s = t[w]->Push(ids[w], r, payloads[w % payloads.size()], {});
             if (!s.ok()) {
               std::fprintf(stderr, "scale: push failed: %s\n", s.ToString().c_str());
               std::exit(1);
@@ -299,7 +299,7 @@ Row OverGrpc(const v1::RunConfig& config, const std::string& codec, size_t worke
       for (int r = 0; r <= rounds; ++r) {
         barrier.Wait();
         const auto t0 = Clock_::now();
-        absl::Status pushed = ok ? c.Push(j->worker_id(), r, payloads[w % payloads.size()], 0)
+        absl::Status pushed = ok ? c.Push(j->worker_id(), r, payloads[w % payloads.size()], {})
                                  : absl::AbortedError("no session");
         absl::StatusOr<RoundResult> u = pushed.ok() ? c.AwaitRound(j->worker_id(), r) : pushed;
         ok = ok && u.ok();

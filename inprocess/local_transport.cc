@@ -16,6 +16,7 @@ absl::StatusOr<v1::JoinResponse> LocalTransport::Join(const std::string& name, c
   r.set_num_params(engine_->num_params());
   r.set_model_checksum(j.checksum);
   r.set_join_index(j.join_index);
+  r.set_max_staleness(engine_->max_staleness());
   return r;
 }
 
@@ -26,8 +27,9 @@ absl::StatusOr<FetchedModel> LocalTransport::FetchModel(uint64_t worker_id) {
   return FetchedModel{s.round, s.checksum, *s.params};
 }
 
-absl::Status LocalTransport::Push(uint64_t worker_id, uint64_t round, const std::string& payload, float) {
-  return engine_->Push(worker_id, round, payload);
+absl::Status LocalTransport::Push(uint64_t worker_id, uint64_t round, const std::string& payload,
+                                  const PushNote& note) {
+  return engine_->Push(worker_id, round, payload, note.inner_steps);
 }
 
 absl::StatusOr<RoundResult> LocalTransport::AwaitRound(uint64_t worker_id, uint64_t round) {
@@ -48,8 +50,9 @@ absl::StatusOr<RoundResult> LocalTransport::AwaitRound(uint64_t worker_id, uint6
   }
 }
 
-absl::Status LocalTransport::Heartbeat(uint64_t worker_id, const v1::WorkerReport& report) {
-  return engine_->Report(worker_id, FromReport(report));
+absl::StatusOr<uint32_t> LocalTransport::Heartbeat(uint64_t worker_id, const v1::WorkerReport& report) {
+  if (absl::Status s = engine_->Report(worker_id, FromReport(report)); !s.ok()) return s;
+  return engine_->TellInnerSteps(worker_id);
 }
 
 absl::Status LocalTransport::Leave(uint64_t worker_id) { return engine_->Leave(worker_id); }

@@ -23,10 +23,10 @@ class LocalTransport : public Transport {
   absl::StatusOr<v1::JoinResponse> Join(const std::string& name, const std::string& token,
                                         const v1::ModelLayout& model = {}) override;
   absl::StatusOr<FetchedModel> FetchModel(uint64_t worker_id) override;
-  absl::Status Push(uint64_t worker_id, uint64_t round, const std::string& payload, float train_loss) override;
+  absl::Status Push(uint64_t worker_id, uint64_t round, const std::string& payload, const PushNote& note) override;
   absl::StatusOr<RoundResult> AwaitRound(uint64_t worker_id, uint64_t round) override;
   void CancelAwaits() override { cancelled_ = true; }
-  absl::Status Heartbeat(uint64_t worker_id, const v1::WorkerReport& report) override;
+  absl::StatusOr<uint32_t> Heartbeat(uint64_t worker_id, const v1::WorkerReport& report) override;
   absl::Status Leave(uint64_t worker_id) override;
   std::string Describe() const override { return "in-process"; }
   // Complete model fetches served (tests: a worker that builds the initial model fetches none).

@@ -170,6 +170,7 @@ class PyWorker {
   uint64_t Id() const { return worker_->id(); }
   bool Done() const { return worker_->done(); }
   bool InFlight() const { return worker_->in_flight(); }
+  uint32_t InnerSteps() const { return worker_->inner_steps(); }
   size_t NumParams() const { return worker_->num_params(); }
 
  private:
@@ -229,5 +230,6 @@ PYBIND11_MODULE(_muloco, m) {
       .def_property_readonly("id", &PyWorker::Id)
       .def_property_readonly("done", &PyWorker::Done)
       .def_property_readonly("in_flight", &PyWorker::InFlight)
+      .def_property_readonly("inner_steps", &PyWorker::InnerSteps)
       .def_property_readonly("num_params", &PyWorker::NumParams);
 }

@@ -19,6 +19,11 @@ ABSL_FLAG(uint64_t, max_staleness, 4, "--sync=async: versions a push may lag the
 ABSL_FLAG(double, grace_min_s, 0.05, "--sync=async: a round closes at the quorum and a grace window of 2x the median gap "
           "between the latest pushes, at least this long");
 ABSL_FLAG(double, grace_max_s, 30, "--sync=async: the grace window's upper bound");
+ABSL_FLAG(bool, adaptive_h, false,
+          "Tell each worker how many inner steps to take (at most --inner_steps) so that workers of different "
+          "speeds arrive together: H x the lower median of the workers' seconds per step / its own, H when "
+          "within 20%; pushes weigh by their steps, capped at what the worker was told");
+ABSL_FLAG(uint32_t, min_inner_steps, 1, "--adaptive_h: the fewest inner steps a worker is told");
 ABSL_FLAG(double, round_timeout_s, 120, "Once half the expected workers pushed, wait this many seconds at most for the rest (and 4x this after the first push)");
 ABSL_FLAG(double, heartbeat_timeout_s, 30, "Evict a worker silent for this many seconds");
 ABSL_FLAG(uint32_t, chunk_bytes, 1 << 20, "Bytes per streamed chunk");
@@ -96,6 +101,12 @@ int main(int argc, char** argv) {
   o.async.max_staleness = absl::GetFlag(FLAGS_max_staleness);
   o.async.grace_min_s = absl::GetFlag(FLAGS_grace_min_s);
   o.async.grace_max_s = absl::GetFlag(FLAGS_grace_max_s);
+  o.adaptive_h = absl::GetFlag(FLAGS_adaptive_h);
+  o.min_inner_steps = absl::GetFlag(FLAGS_min_inner_steps);
+  if (o.min_inner_steps < 1) {
+    std::fprintf(stderr, "muloco-server: --min_inner_steps must be at least 1\n");
+    return 2;
+  }
   o.round_timeout_s = absl::GetFlag(FLAGS_round_timeout_s);
   o.heartbeat_timeout_s = absl::GetFlag(FLAGS_heartbeat_timeout_s);
   o.linger_s = absl::GetFlag(FLAGS_linger_s);

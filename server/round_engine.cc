@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "codec/checksum.h"
+#include "common/median.h"
 #include "common/log.h"
 #include "kernels/newton_schulz.h"
 #include "kernels/subset.h"
@@ -80,6 +81,7 @@ RoundEngine::Joined RoundEngine::Join(const std::string& name, const std::string
   m.name = name;
   m.participant = key;
   m.last_seen = clock_->Now();
+  m.told = m.told_before = m.step_cap = options_.inner_steps;  // a first push may hold H: it may start before a tell
   members_[id] = std::move(m);
   const uint64_t join_index = stats_.joins++;
   Logf("server", "worker %llu (%s) joined at round %llu; %zu live", static_cast<unsigned long long>(id), name.c_str(),
@@ -93,6 +95,54 @@ absl::Status RoundEngine::Heartbeat(uint64_t worker_id) {
   if (it == members_.end()) return absl::NotFoundError(absl::StrCat("unknown worker ", worker_id, "; join again"));
   it->second.last_seen = clock_->Now();
   return absl::OkStatus();
+}
+
+uint32_t RoundEngine::TellInnerSteps(uint64_t worker_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = members_.find(worker_id);
+  if (it == members_.end()) return 0;
+  Member& m = it->second;
+  const uint32_t steps = StepsForLocked(m);
+  if (steps != m.told) {
+    Logf("server", "worker %llu (%s): %u inner steps a round (was %u; %.3f s a step, pace %.3f s)",
+         static_cast<unsigned long long>(worker_id), m.name.c_str(), steps, m.told, m.stats.inner_step_seconds, pace_);
+  }
+  m.told_before = m.told;
+  m.told = steps;
+  m.step_cap = std::max(m.step_cap, steps);
+  stats_.steps_told_below_h += steps < options_.inner_steps;
+  return steps;
+}
+
+uint32_t RoundEngine::StepsForLocked(const Member& m) const {
+  const uint32_t h = options_.inner_steps;
+  const double mine = m.reported ? m.stats.inner_step_seconds : 0;
+  if (!options_.adaptive_h || h == 0 || pace_ <= 0 || mine <= 0) return h;
+  const double steps = h * pace_ / mine;
+  if (steps >= 0.8 * h) return h;  // within timing noise of the pace
+  const uint32_t lo = std::clamp<uint32_t>(options_.min_inner_steps, 1, h);
+  return static_cast<uint32_t>(std::clamp(std::floor(steps), static_cast<double>(lo), static_cast<double>(h)));
+}
+
+void RoundEngine::UpdatePaceLocked() {
+  if (!options_.adaptive_h) return;
+  std::vector<double> seconds;
+  for (const auto& [id, m] : members_) {
+    if (m.reported && m.stats.inner_step_seconds > 0) seconds.push_back(m.stats.inner_step_seconds);
+  }
+  if (!seconds.empty()) pace_ = LowerMedian(std::move(seconds));
+}
+
+uint32_t RoundEngine::CountedStepsLocked(uint64_t worker_id, const Member& m, uint32_t claim) {
+  const uint32_t h = options_.inner_steps;
+  if (h == 0) return 0;
+  if (claim == 0) claim = h;
+  const uint32_t cap = options_.adaptive_h ? std::min(h, m.step_cap) : h;
+  if (claim <= cap) return claim;
+  ++stats_.capped_step_claims;
+  LogWarn("server", "worker %llu (%s) claims %u inner steps, told at most %u: counted as %u",
+          static_cast<unsigned long long>(worker_id), m.name.c_str(), claim, cap, cap);
+  return cap;
 }
 
 absl::Status RoundEngine::Report(uint64_t worker_id, const WorkerStats& stats) {
@@ -166,7 +216,7 @@ RoundEngine::PreChecked RoundEngine::PreCheck(absl::string_view payload) const {
   return out;
 }
 
-absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_view payload) {
+absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_view payload, uint32_t inner_steps) {
   // kMean: the payload is validated before taking the lock, so concurrent pushes decode on
   // all cores (each holds one segment's values, not a model).
   const PreChecked checked = PreCheck(payload);
@@ -207,9 +257,12 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
     ++stats_.rejected_bad_payload;
     return s;
   }
+  const uint32_t steps = CountedStepsLocked(worker_id, m, inner_steps);
   if (!vote) {
-    if (absl::Status s = HoldLocked(worker_id, m.participant, payload, open_round_ - round); !s.ok()) return s;
+    if (absl::Status s = HoldLocked(worker_id, m.participant, payload, open_round_ - round, steps); !s.ok()) return s;
   }
+  stats_.inner_steps_accepted += steps;
+  m.step_cap = std::max(m.told, m.told_before);  // the next push: what it is told from now on
   AcceptLocked(worker_id, m, p, payload.size(), /*makes_round=*/vote || checked.norm > 0, round);
   MaybeCloseLocked();
   return absl::OkStatus();
@@ -236,23 +289,18 @@ absl::Status RoundEngine::CheckBaseLocked(uint64_t worker_id, const Member& m, u
 
 double RoundEngine::GraceLocked() const {
   const AsyncOptions& a = options_.async;
-  std::vector<double> gaps(push_gaps_.begin(), push_gaps_.end());
-  double median = 0;
-  if (!gaps.empty()) {
-    std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
-    median = gaps[gaps.size() / 2];
-  }
+  const double median = push_gaps_.empty() ? 0 : Median(std::vector<double>(push_gaps_.begin(), push_gaps_.end()));
   return std::clamp(a.grace_factor * median, a.grace_min_s, std::max(a.grace_min_s, a.grace_max_s));
 }
 
 absl::Status RoundEngine::HoldLocked(uint64_t worker_id, const std::string& participant, absl::string_view payload,
-                                     uint64_t staleness) {
+                                     uint64_t staleness, uint32_t steps) {
   if (pending_bytes_ + payload.size() > options_.max_round_bytes) {
     ++stats_.rejected_round_full;
     return absl::ResourceExhaustedError(absl::StrCat("this round already holds ", pending_bytes_,
                                                      " payload bytes; retry in the next round"));
   }
-  pending_.push_back(Pending{worker_id, participant, std::string(payload), staleness});
+  pending_.push_back(Pending{worker_id, participant, std::string(payload), staleness, steps});
   pending_bytes_ += payload.size();
   stats_.held_bytes_peak = std::max(stats_.held_bytes_peak, pending_bytes_);
   return absl::OkStatus();
@@ -318,13 +366,14 @@ void RoundEngine::MaybeCloseLocked() {
   }
 }
 
-void RoundEngine::RecordScreeningLocked(const std::vector<std::string>& keys, const std::vector<Verdict>& verdicts) {
+void RoundEngine::RecordScreeningLocked(const std::vector<std::string>& keys, const std::vector<Contribution>& in,
+                                        const std::vector<Verdict>& verdicts) {
   std::string report;
   stats_.last_screen.clear();
   for (size_t i = 0; i < verdicts.size(); ++i) {
     const Verdict& v = verdicts[i];
     const Participant& p = participants_[keys[i]];
-    const double share = p.weight > 0 ? v.weight / p.weight : 0;
+    const double share = in[i].weight > 0 ? v.weight / in[i].weight : 0;
     stats_.last_screen.push_back(ScreenSample{p.name, v.cosine, share, v.norm, v.clipped, v.last_cosine});
     const bool cut = share < 1, clipped = v.clipped > 0;
     if (!cut && !clipped) continue;
@@ -358,17 +407,22 @@ size_t RoundEngine::AggregateLocked(std::map<uint64_t, std::vector<LandedRange>>
     Contribution c;
     c.name = p.name;
     c.proven = p.proven_at_open;
-    double fresh = 0;  // async: the mean over its sessions of (1 + staleness)^-power (sync: 1)
+    // The mean over its sessions of (steps / H) x (1 + staleness)^-power: 1 for a full, fresh push.
+    double fresh = 0, share = 0;
+    const uint32_t h_steps = options_.inner_steps;
     for (const Pending* h : held) {
       c.payloads.push_back(h->payload);
-      fresh += h->staleness ? std::pow(1.0 + h->staleness, -options_.async.staleness_power) : 1.0;
+      const double steps = h_steps && h->steps ? static_cast<double>(h->steps) / h_steps : 1.0;
+      share += steps;
+      fresh += steps * (h->staleness ? std::pow(1.0 + h->staleness, -options_.async.staleness_power) : 1.0);
     }
     c.weight = fresh == held.size() ? p.weight : static_cast<float>(p.weight * fresh / held.size());
+    c.steps_share = share / held.size();
     keys.push_back(key);
     in.push_back(std::move(c));
   }
   const std::vector<Verdict> verdicts = aggregator_.Aggregate(in, sum_.data());
-  RecordScreeningLocked(keys, verdicts);
+  RecordScreeningLocked(keys, in, verdicts);
   size_t counted = 0;
   const std::vector<ScreenChunk>& chunks = aggregator_.chunks();
   for (size_t i = 0; i < verdicts.size(); ++i) {
@@ -449,6 +503,11 @@ void RoundEngine::CloseRoundLocked() {
                            static_cast<unsigned long long>(stale), pending_.size(), static_cast<unsigned long long>(lag),
                            stats_.last_grace_s);
   }
+  if (options_.inner_steps && options_.aggregation == Aggregation::kMean) {
+    uint64_t steps = 0;
+    for (const Pending& p : pending_) steps += p.steps;
+    absl::StrAppendFormat(&note, "; %llu inner steps merged", static_cast<unsigned long long>(steps));
+  }
   auto landed = std::make_shared<std::map<uint64_t, std::vector<LandedRange>>>();
   // sum_ = the vote's sign, or the screened mean pseudo-gradient
   const size_t contributors =
@@ -503,6 +562,7 @@ void RoundEngine::LogCloseLocked(const RoundUpdate& update, const std::string& n
 
 void RoundEngine::OpenNextRoundLocked() {
   first_push_time_ = straggler_clock_ = -1;
+  UpdatePaceLocked();
   for (const std::string& key : expected_) {  // missed this round: not waited for until its backoff passed
                                               // (async: nobody is expected)
     auto p = participants_.find(key);

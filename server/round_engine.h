@@ -40,6 +40,15 @@
 // grace_factor x the median gap between the latest pushes (their arrival rate), within
 // [grace_min_s, grace_max_s]. Nobody is expected, so nobody is waited for and nobody misses.
 // A push s versions behind weighs (1 + s)^-staleness_power of its participant's weight.
+// Token weighting (either mode, when EngineOptions::inner_steps, the run's H, is set): a push
+// says how many inner steps it holds (0: H) and weighs min(claim, cap) / H of its weight,
+// the cap being what the server can vouch for: H, or with adaptive_h the most it told that
+// session since its previous push (and the tell just before, which may have raced its
+// start). A claim over the cap counts as the cap and is logged and counted.
+// Adaptive H (adaptive_h): each heartbeat tells a session how many steps to take,
+// H x pace / its reported seconds per step, the pace being the lower median of the live
+// sessions' reports at the last close (a minority cannot set it), within
+// [min_inner_steps, H], and H when that is within 20% of H (timing noise shaves no steps).
 // No peer input can make the engine abort:
 // payloads are bounded at decode (kMaxAbsValue), and should the server's own downlink ever
 // fail its check, the round's step is discarded (θ_true reset to θ_pub) instead.
@@ -105,6 +114,9 @@ struct AsyncOptions {
 
 struct EngineOptions {
   size_t min_quorum = 1;             // pushes required before a round may close
+  uint32_t inner_steps = 0;          // the run's H: pushes weigh by their steps (0: unknown, no token weighting)
+  bool adaptive_h = false;           // tell each session its steps from its speed (see the top)
+  uint32_t min_inner_steps = 1;      // adaptive_h: the fewest steps told
   AsyncOptions async;                // no round barrier (kMean only)
   double round_timeout_s = 120;      // after half the expected workers pushed, stop waiting for the rest
   double heartbeat_timeout_s = 30;   // evict a worker silent for this long
@@ -162,7 +174,7 @@ struct ScreenCounts {
 // A participant's screening in the last closed round (kMean).
 struct ScreenSample {
   std::string name;
-  double cosine = 0, share = 0, norm = 0;  // share: of its token's weight, 0..1
+  double cosine = 0, share = 0, norm = 0;  // share: of its weight before screening, 0..1
   uint32_t clipped = 0;
   double last_cosine = 0;  // to last round's aggregate (the staleness check)
 };
@@ -179,6 +191,9 @@ struct EngineStats {
   uint64_t stragglers = 0;       // expected participants missing when a round closed, summed over rounds
   uint64_t straggler_waits = 0;  // rounds that waited out the straggler deadline for a missing participant
   uint64_t stale_pushes = 0, staleness_sum = 0;  // async: pushes merged from an older version, their total lag
+  uint64_t inner_steps_accepted = 0;  // inner steps of accepted pushes, as counted (claims capped)
+  uint64_t capped_step_claims = 0;    // pushes that claimed more inner steps than the cap
+  uint64_t steps_told_below_h = 0;    // adaptive_h: heartbeat replies that told fewer than H steps
   double last_grace_s = 0;       // async: the grace window the last round closed after
   uint32_t last_contributors = 0, last_expected = 0;  // of the last closed round
   double last_close_seconds = 0;  // the last close's work: screening, summing, outer step, downlink (no checkpoint)
@@ -221,6 +236,10 @@ class RoundEngine {
   Joined Join(const std::string& name, const std::string& participant = "", float weight = 1.0f);
   // NOT_FOUND for unknown or evicted workers (they must join again).
   absl::Status Heartbeat(uint64_t worker_id);
+  // The inner steps this session should take in its next local round (the run's H unless
+  // adaptive_h), recorded as told: it bounds the session's next claim. 0: unknown session
+  // or H unknown.
+  uint32_t TellInnerSteps(uint64_t worker_id);
   absl::Status Leave(uint64_t worker_id);
   // Heartbeat that also records the worker's own counters (exported with its name).
   absl::Status Report(uint64_t worker_id, const WorkerStats& stats);
@@ -229,8 +248,10 @@ class RoundEngine {
   // FAILED_PRECONDITION (not the open round, or the run is over: resync), ALREADY_EXISTS
   // (second push in a round, also once that round closed), INVALID_ARGUMENT (bad payload),
   // RESOURCE_EXHAUSTED (the round holds max_round_bytes of payloads). A rejected push
-  // changes nothing but the counters (and a participant's proof, see above).
-  absl::Status Push(uint64_t worker_id, uint64_t round, absl::string_view payload);
+  // changes nothing but the counters (and a participant's proof, see above). In async mode
+  // `round` is the version the push started from. `inner_steps`: the steps it holds (0: the
+  // run's H), see token weighting at the top.
+  absl::Status Push(uint64_t worker_id, uint64_t round, absl::string_view payload, uint32_t inner_steps = 0);
 
   // The update that closed `round`, waiting up to wait_s for the open round to close
   // (DEADLINE_EXCEEDED then: ask again). FAILED_PRECONDITION when `round` is older than
@@ -258,6 +279,8 @@ class RoundEngine {
   RunState State() const;
   EngineState ExportState() const;
   size_t num_params() const { return num_params_; }
+  // Asynchronous mode: versions a push may lag the open round (0: synchronous).
+  uint64_t max_staleness() const { return options_.async.enabled ? options_.async.max_staleness : 0; }
   uint64_t OpenRound() const;
   bool IsMember(uint64_t worker_id) const;
 
@@ -270,6 +293,8 @@ class RoundEngine {
     WorkerStats stats;        // the last Report
     uint64_t next_round = 0;  // the round after its last accepted push
     uint64_t next_base = 0;   // async: the version after its last accepted push's (older: a duplicate)
+    uint32_t told = 0, told_before = 0;  // the latest tell of inner steps, and the one before it
+    uint32_t step_cap = 0;    // the most steps its next push may be counted for
   };
   struct Participant {
     std::string name;       // its first session's name, for logs and metrics
@@ -287,6 +312,7 @@ class RoundEngine {
     std::string participant;
     std::string payload;
     uint64_t staleness = 0;  // async: versions behind the round it counts in
+    uint32_t steps = 0;      // inner steps counted (0: H unknown)
   };
 
   // kMean: a push's payload checked against the plan and decoded for its norm, before the
@@ -298,7 +324,12 @@ class RoundEngine {
   PreChecked PreCheck(absl::string_view payload) const;
   // kMean: holds a checked push until the close, unless the round is full.
   absl::Status HoldLocked(uint64_t worker_id, const std::string& participant, absl::string_view payload,
-                          uint64_t staleness) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                          uint64_t staleness, uint32_t steps) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The steps a push claiming `claim` (0: H) is counted for: at most the session's cap.
+  uint32_t CountedStepsLocked(uint64_t worker_id, const Member& m, uint32_t claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // adaptive_h: the steps to tell a session (see the top); the pace is set at each close.
+  uint32_t StepsForLocked(const Member& m) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdatePaceLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Async: whether a push from version `base` may count in the open round.
   absl::Status CheckBaseLocked(uint64_t worker_id, const Member& m, uint64_t base) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Async: the grace window after a round's first push (see the top).
@@ -324,7 +355,9 @@ class RoundEngine {
   // Aggregates the held pushes into sum_ (the mean); returns how many participants counted.
   size_t AggregateLocked(std::map<uint64_t, std::vector<LandedRange>>* landed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a round's verdicts in the stats and, when any update did not count in full, logs them.
-  void RecordScreeningLocked(const std::vector<std::string>& keys, const std::vector<Verdict>& verdicts)
+  // A verdict's share is of its contribution's weight (token and staleness weighting are not screening).
+  void RecordScreeningLocked(const std::vector<std::string>& keys, const std::vector<Contribution>& in,
+                             const std::vector<Verdict>& verdicts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Expected participants that have pushed in the open round.
   size_t ExpectedInLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -364,6 +397,7 @@ class RoundEngine {
   std::deque<double> push_gaps_ ABSL_GUARDED_BY(mu_);  // async: the latest gap_samples gaps
   double straggler_clock_ ABSL_GUARDED_BY(mu_) = -1;  // when the straggler deadline started
   double round_open_time_ ABSL_GUARDED_BY(mu_);
+  double pace_ ABSL_GUARDED_BY(mu_) = 0;  // adaptive_h: the median seconds per step at the last close (0: none)
   Histogram round_durations_{DurationBuckets()};
   uint64_t round_bytes_up_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<RoundUpdate> history_ ABSL_GUARDED_BY(mu_);

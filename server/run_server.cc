@@ -59,6 +59,10 @@ EngineOptions EngineOptionsFor(const ServerOptions& o, const v1::RunConfig& conf
   eo.uplink = PlanSegments(CodecShapes(layout), *ParseCodec(config.uplink_codec()));
   eo.outer = OuterSgdOptions{config.outer_lr(), config.outer_momentum(), config.outer_nesterov()};
   eo.screen.mode = o.robust;
+  eo.adaptive_h = o.adaptive_h;
+  eo.min_inner_steps = o.min_inner_steps;
+  // Pushes weigh by their inner steps (SignMuon's vote is one step, one vote: no weighting).
+  if (KindsOf(config).mode != RunMode::kSignMuon) eo.inner_steps = config.inner_steps();
   if (KindsOf(config).mode == RunMode::kSignMuon) {
     eo.aggregation = Aggregation::kVote;
     eo.polar_steps = static_cast<int>(config.ns_steps());
@@ -139,12 +143,14 @@ void LogSummary(const EngineStats& st, size_t n, uint64_t checksum) {
   Logf("server",
        "summary: %llu rounds closed, %llu pushes, up %llu bytes (%s), down %llu bytes per worker (%s), "
        "rejected: %llu unknown worker, %llu wrong round, %llu duplicate, %llu bad payload; evictions %llu; "
-       "final checksum %016llx",
+       "%llu inner steps, %llu claims capped; final checksum %016llx",
        (unsigned long long)st.rounds_closed, (unsigned long long)st.pushes_accepted, (unsigned long long)st.bytes_up,
        SizeNote(st.bytes_up, st.pushes_accepted, n).c_str(), (unsigned long long)st.bytes_down,
        SizeNote(st.bytes_down, st.rounds_closed, n).c_str(), (unsigned long long)st.rejected_unknown_worker,
        (unsigned long long)st.rejected_wrong_round, (unsigned long long)st.rejected_duplicate,
-       (unsigned long long)st.rejected_bad_payload, (unsigned long long)st.evictions, (unsigned long long)checksum);
+       (unsigned long long)st.rejected_bad_payload, (unsigned long long)st.evictions,
+       (unsigned long long)st.inner_steps_accepted, (unsigned long long)st.capped_step_claims,
+       (unsigned long long)checksum);
 }
 
 }  // namespace

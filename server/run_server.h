@@ -26,6 +26,8 @@ struct ServerOptions {
                                                    // (common/model_layout.h: AssignGroups)
   uint32_t min_quorum = 1;              // pushes required before a round may close
   AsyncOptions async;                   // sync async: staleness and grace bounds (enabled comes from the config)
+  bool adaptive_h = false;              // tell each worker its inner steps from its speed (round_engine.h)
+  uint32_t min_inner_steps = 1;         // adaptive_h: the fewest steps told
   double round_timeout_s = 120;         // once half the expected pushed, wait this long for the rest
   double heartbeat_timeout_s = 30;      // evict a worker silent this long
   double linger_s = 30;                 // after the final round, serve until all workers leave, or no

@@ -10,30 +10,12 @@
 
 #include "codec/codec.h"
 #include "codec/parallel.h"
+#include "common/median.h"
 
 namespace muloco {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// The median of *v (reordered), the mean of the middle pair for an even count.
-template <typename T>
-T MedianInPlace(std::vector<T>* v) {
-  const size_t mid = v->size() / 2;
-  std::nth_element(v->begin(), v->begin() + mid, v->end());
-  const T hi = (*v)[mid];
-  if (v->size() % 2) return hi;
-  return T(0.5) * (hi + *std::max_element(v->begin(), v->begin() + mid));
-}
-
-double Median(std::vector<double> v) { return MedianInPlace(&v); }
-
-// The lower median: of a pair, the smaller. What a history is made of, so that one of two
-// participants cannot raise it (the mean of a pair is at least half the larger one).
-double LowerMedian(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + (v.size() - 1) / 2, v.end());
-  return v[(v.size() - 1) / 2];
-}
 
 // x[0, len) = the mean of the payloads' elements [offset, offset + len).
 void DecodeMean(const std::vector<PayloadSegments>& payloads, uint64_t offset, uint64_t len, float* x) {
@@ -264,8 +246,10 @@ void RobustAggregator::Weigh(const std::vector<Contribution>& in, RoundStats* st
         share *= std::max(0.0, 1 - v.last_cosine * v.last_cosine) / (1 - typical_last * typical_last);
         v.reason = "stale";
       }
-      if (typical_norm > 0 && v.norm < options_.tiny * typical_norm) {
-        share *= v.norm / (options_.tiny * typical_norm);
+      // A push of fewer inner steps is expected to be that much smaller.
+      const double small = options_.tiny * typical_norm * std::clamp(in[i].steps_share, 0.0, 1.0);
+      if (small > 0 && v.norm < small) {
+        share *= v.norm / small;
         v.reason = "small";
       }
     }

@@ -24,7 +24,8 @@
 //    news, and the direction check cannot tell it from an honest update) weighs by its fresh
 //    part's share (1 - c^2) / (1 - t^2): barely less just above t, nothing as c reaches 1.
 // 4. A size check: an update far smaller than the honest norm (zeros, tiny pushes) gets a
-//    weight proportional to its norm (0 for zeros), so it does not dilute the mean either.
+//    weight proportional to its norm (0 for zeros), so it does not dilute the mean either;
+//    one of fewer inner steps (Contribution::steps_share) is expected to be that much smaller.
 // The aggregate is Σ w_i·clip(Δ_i) / Σ w_i over participants in the given order (so a run
 // is bit-reproducible), or a coordinate-wise trimmed mean (kTrimmed). Each participant
 // learns what share of each tensor counted (its error feedback keeps the rest).
@@ -70,6 +71,7 @@ struct Contribution {
   std::string name;                         // for logs
   float weight = 1;                         // its token's weight
   bool proven = false;                      // its statistics count (see the top)
+  double steps_share = 1;                   // its inner steps / the run's H: the size check expects that share
   std::vector<absl::string_view> payloads;  // validated (DecodedNorm), one per session
 };
 

@@ -127,6 +127,7 @@ grpc::Status MulocoService::Join(grpc::ServerContext*, const v1::JoinRequest* re
   resp->set_num_params(engine_->num_params());
   resp->set_model_checksum(j.checksum);
   resp->set_join_index(j.join_index);
+  resp->set_max_staleness(engine_->max_staleness());
   return grpc::Status::OK;
 }
 
@@ -255,10 +256,11 @@ grpc::Status MulocoService::PushUpdate(grpc::ServerContext* ctx, grpc::ServerRea
   std::string payload;
   if (grpc::Status s = StartPayload(first, &payload); !s.ok()) return s;
   const uint64_t round = first.round();
+  const uint32_t inner_steps = first.inner_steps();  // the first chunk's (a resumed push's names it again)
   if (grpc::Status s = ReadPayload(ctx, reader, watch.get(), std::move(first), &payload); !s.ok()) return s;
   // The session may have ended (its token revoked, an eviction) while the bytes came in.
   if (absl::StatusOr<uint64_t> still = Authenticate(ctx, me); !still.ok()) return ToGrpcStatus(still.status());
-  if (absl::Status s = engine_->Push(me, round, payload); !s.ok()) return ToGrpcStatus(s);
+  if (absl::Status s = engine_->Push(me, round, payload, inner_steps); !s.ok()) return ToGrpcStatus(s);
   reply->set_accepted_bytes(payload.size());
   return grpc::Status::OK;
 }
@@ -327,6 +329,7 @@ grpc::Status MulocoService::Heartbeat(grpc::ServerContext* ctx, const v1::Heartb
   const absl::Status s = req->has_report() ? engine_->Report(*id, FromReport(req->report())) : engine_->Heartbeat(*id);
   if (!s.ok()) return ToGrpcStatus(s);
   reply->set_round(engine_->OpenRound());
+  reply->set_inner_steps(engine_->TellInnerSteps(*id));
   return grpc::Status::OK;
 }
 

@@ -210,7 +210,7 @@ absl::StatusOr<FetchedModel> ServerClient::FetchModel(uint64_t worker_id) {
   return m;
 }
 
-absl::Status ServerClient::Push(uint64_t worker_id, uint64_t round, const std::string& payload, float train_loss) {
+absl::Status ServerClient::Push(uint64_t worker_id, uint64_t round, const std::string& payload, const PushNote& note) {
   const uint64_t checksum = Checksum64(payload.data(), payload.size(), /*seed=*/round);  // binds it to the round
   const std::pair<uint64_t, uint64_t> push{round, checksum};
   size_t offset = 0;
@@ -230,9 +230,9 @@ absl::Status ServerClient::Push(uint64_t worker_id, uint64_t round, const std::s
               payload.size());
     }
   }
-  absl::Status s = PushFrom(worker_id, round, payload, checksum, offset, train_loss);
+  absl::Status s = PushFrom(worker_id, round, payload, checksum, offset, note);
   if (s.code() == absl::StatusCode::kAborted && offset > 0) {  // the server no longer holds it: start over
-    s = PushFrom(worker_id, round, payload, checksum, 0, train_loss);
+    s = PushFrom(worker_id, round, payload, checksum, 0, note);
   }
   const bool cut = s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kCancelled ||
                    s.code() == absl::StatusCode::kDeadlineExceeded;
@@ -241,7 +241,7 @@ absl::Status ServerClient::Push(uint64_t worker_id, uint64_t round, const std::s
 }
 
 absl::Status ServerClient::PushFrom(uint64_t worker_id, uint64_t round, const std::string& payload, uint64_t checksum,
-                                    size_t offset, float train_loss) {
+                                    size_t offset, const PushNote& note) {
   grpc::ClientContext ctx;
   Prepare(ctx, kStreamCapS);
   StallGuard guard(&ctx, options_.stall_timeout_s);
@@ -252,7 +252,8 @@ absl::Status ServerClient::PushFrom(uint64_t worker_id, uint64_t round, const st
     chunk.set_worker_id(worker_id);
     chunk.set_round(round);
     chunk.set_total_bytes(payload.size());
-    chunk.set_train_loss(train_loss);
+    chunk.set_train_loss(note.train_loss);
+    chunk.set_inner_steps(note.inner_steps);
     chunk.set_offset(offset);
     chunk.set_payload_checksum(checksum);
     const size_t count = std::min(options_.chunk_bytes, payload.size() - offset);
@@ -334,20 +335,23 @@ absl::StatusOr<RoundResult> ServerClient::AwaitOnce(uint64_t worker_id, uint64_t
 // `deadline_s`; `fill` adds the rest of the request.
 template <typename Request, typename Reply, typename Call>
 absl::Status ServerClient::ShortCall(Call call, uint64_t worker_id, double deadline_s,
-                                     const std::function<void(Request*)>& fill) {
+                                     const std::function<void(Request*)>& fill, Reply* reply) {
   grpc::ClientContext ctx;
   Prepare(ctx, deadline_s);
   Request req;
   req.set_worker_id(worker_id);
   if (fill) fill(&req);
-  Reply reply;
-  return FromGrpcStatus((stub_.get()->*call)(&ctx, req, &reply));
+  Reply ignored;
+  return FromGrpcStatus((stub_.get()->*call)(&ctx, req, reply != nullptr ? reply : &ignored));
 }
 
-absl::Status ServerClient::Heartbeat(uint64_t worker_id, const v1::WorkerReport& report) {
-  return ShortCall<v1::HeartbeatRequest, v1::HeartbeatReply>(
+absl::StatusOr<uint32_t> ServerClient::Heartbeat(uint64_t worker_id, const v1::WorkerReport& report) {
+  v1::HeartbeatReply reply;
+  absl::Status s = ShortCall<v1::HeartbeatRequest, v1::HeartbeatReply>(
       &v1::Muloco::Stub::Heartbeat, worker_id, options_.heartbeat_timeout_s,
-      [&](v1::HeartbeatRequest* req) { *req->mutable_report() = report; });
+      [&](v1::HeartbeatRequest* req) { *req->mutable_report() = report; }, &reply);
+  if (!s.ok()) return s;
+  return reply.inner_steps();
 }
 
 absl::Status ServerClient::Leave(uint64_t worker_id) {

@@ -51,11 +51,11 @@ class ServerClient : public Transport {
   absl::StatusOr<FetchedModel> FetchModel(uint64_t worker_id) override;
   // A push cut by a stalled or broken link resumes on the next call for the same payload
   // from the bytes the server kept (PushProgress), instead of from its start.
-  absl::Status Push(uint64_t worker_id, uint64_t round, const std::string& payload, float train_loss) override;
+  absl::Status Push(uint64_t worker_id, uint64_t round, const std::string& payload, const PushNote& note) override;
   // Asks again each time the server's long poll ends with the round still open.
   absl::StatusOr<RoundResult> AwaitRound(uint64_t worker_id, uint64_t round) override;
   void CancelAwaits() override;
-  absl::Status Heartbeat(uint64_t worker_id, const v1::WorkerReport& report) override;
+  absl::StatusOr<uint32_t> Heartbeat(uint64_t worker_id, const v1::WorkerReport& report) override;
   absl::Status Leave(uint64_t worker_id) override;
   std::string Describe() const override { return address_; }
   // Drives the channel's reconnection while it waits: gRPC notices a connect, and the
@@ -71,11 +71,11 @@ class ServerClient : public Transport {
   absl::StatusOr<RoundResult> AwaitOnce(uint64_t worker_id, uint64_t round);
   // One PushUpdate stream sending payload[offset...].
   absl::Status PushFrom(uint64_t worker_id, uint64_t round, const std::string& payload, uint64_t checksum,
-                        size_t offset, float train_loss);
+                        size_t offset, const PushNote& note);
   absl::Status FetchFrom(uint64_t worker_id, FetchedModel* m, size_t* filled, double stall_s);
   template <typename Request, typename Reply, typename Call>
   absl::Status ShortCall(Call call, uint64_t worker_id, double deadline_s,
-                         const std::function<void(Request*)>& fill = nullptr);
+                         const std::function<void(Request*)>& fill = nullptr, Reply* reply = nullptr);
 
   const std::string address_;
   std::pair<uint64_t, uint64_t> cut_push_;  // (round, payload checksum) of a push whose last try was cut (Push's thread only)

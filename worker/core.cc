@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "codec/codec.h"
 #include "common/log.h"
 #include "common/run_config.h"
@@ -92,6 +93,7 @@ absl::Status WorkerCore::Join(double timeout_s) {
   if (id_ == 0) join_index_ = joined->join_index();
   config_ = joined->config();
   joined_round_ = joined->round();
+  max_staleness_ = joined->max_staleness();
   joined_checksum_ = joined->model_checksum();
   id_ = joined->worker_id();
   Logf(tag_.c_str(), "joined %s as %s (id %llu) at round %llu: %s%s", client_.Describe().c_str(), name_.c_str(),
@@ -129,7 +131,13 @@ absl::Status WorkerCore::Begin() {
   // Heartbeats for the current id (it changes on a rejoin) with the worker's counters; a
   // failure shows up on the next real call.
   heartbeat_ = std::make_unique<PeriodicThread>(o_.heartbeat_s, [this] {
-    client_.Heartbeat(id_.load(), ToReport(Stats())).IgnoreError();
+    absl::StatusOr<uint32_t> told = client_.Heartbeat(id_.load(), ToReport(Stats()));
+    if (told.ok()) {
+      const uint32_t before = told_steps_.exchange(*told);
+      if (*told != before && (*told != 0 || before != 0)) {
+        Logf(tag_.c_str(), "the server asks for %u inner steps a round", *told ? *told : config_.inner_steps());
+      }
+    }
     return true;
   });
   return absl::OkStatus();
@@ -143,9 +151,16 @@ void WorkerCore::Leave() {
   }
 }
 
-Exchanged WorkerCore::Exchange(uint64_t round, const std::string& payload, float train_loss) {
+uint32_t WorkerCore::InnerSteps() const {
+  const uint32_t h = config_.inner_steps(), told = told_steps_.load();
+  return told == 0 || told > h ? h : told;
+}
+
+Exchanged WorkerCore::Exchange(const std::string& payload, const PushedRound& p) {
   Exchanged x;
-  absl::Status pushed = Retry([&] { return client_.Push(id_.load(), round, payload, train_loss); }, o_.retry_timeout_s);
+  const uint64_t round = p.round;
+  const PushNote note{static_cast<float>(p.train_loss), p.steps};
+  absl::Status pushed = Retry([&] { return client_.Push(id_.load(), round, payload, note); }, o_.retry_timeout_s);
   // An earlier attempt of this push got through (its reply was lost): the server has it.
   if (pushed.code() == absl::StatusCode::kAlreadyExists) pushed = absl::OkStatus();
   if (!pushed.ok()) {
@@ -159,9 +174,11 @@ Exchanged WorkerCore::Exchange(uint64_t round, const std::string& payload, float
   const bool async = KindsOf(config_).async;
   for (uint64_t v = round;; ++v) {
     x.stage = Exchanged::kAwait;
-    if (v > round + kMaxVersionsToCount) {  // the push was lost (or never counted): start again
+    // A push counts at most max_staleness versions after its own (older: refused).
+    const uint64_t versions = std::max<uint64_t>(kMaxVersionsToCount, max_staleness_.load() + 1);
+    if (v > round + versions) {  // the push was lost (or never counted): start again
       x.status = absl::FailedPreconditionError(absl::StrCat("the push from version ", round, " counted in none of the ",
-                                                            kMaxVersionsToCount + 1, " rounds after it"));
+                                                            versions + 1, " rounds after it"));
       return x;
     }
     absl::StatusOr<RoundResult> result = Retry([&] { return client_.AwaitRound(id_.load(), v); }, o_.retry_timeout_s);
@@ -220,19 +237,21 @@ absl::StatusOr<bool> WorkerCore::Settle(const Exchanged& x, const PushedRound& p
     st.wait_seconds = wait_s;
   });
   wait_seconds_ += wait_s;
+  const bool short_round = KindsOf(config_).mode != RunMode::kSignMuon && p.steps < config_.inner_steps();
   Logf(tag_.c_str(),
        "round %llu: train_loss %.4f, up %zu bytes (%s), down %zu bytes (%s), %u contributors, trained %.2f s, "
-       "waited %.2f s, checksum %016llx ok",
+       "waited %.2f s, checksum %016llx ok%s",
        r, p.train_loss, p.payload_bytes, SizeNote(p.payload_bytes, 1, n_).c_str(), u.payload.size(),
        SizeNote(u.payload.size(), 1, n_).c_str(), u.contributors, p.train_s, wait_s,
-       static_cast<unsigned long long>(pub_.checksum()));
+       static_cast<unsigned long long>(pub_.checksum()),
+       short_round ? absl::StrFormat(" (%u of %u inner steps)", p.steps, config_.inner_steps()).c_str() : "");
   return true;
 }
 
 void Flight::Launch(WorkerCore* core, const PushedRound& pushed, std::string payload) {
   pushed_ = pushed;
   future_ = std::async(std::launch::async, [core, pushed, payload = std::move(payload)] {
-    return core->Exchange(pushed.round, payload, static_cast<float>(pushed.train_loss));
+    return core->Exchange(payload, pushed);
   });
 }
 

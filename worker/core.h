@@ -60,16 +60,17 @@ class WorkerCore {
   absl::Status Resync();
   // After the first Join: the uplink for the run's codec and heartbeats every heartbeat_s.
   absl::Status Begin();
-  // One round's push and wait: Push (ALREADY_EXISTS: an earlier try got through), commit
+  // One round's push (from version p.round, holding p.steps inner steps) and wait: Push (ALREADY_EXISTS: an earlier try got through), commit
   // the uplink's error feedback, AwaitRound (both retried), apply the update to the replica;
   // in an asynchronous run, every round from `round` (the replica's version) up to the one
   // the push counts in, in order.
   // Touches only the transport, the uplink and the replica (safe beside training).
-  Exchanged Exchange(uint64_t round, const std::string& payload, float train_loss);
+  Exchanged Exchange(const std::string& payload, const PushedRound& p);
   // Acts on an exchange's outcome: counts and logs the closed round (true); after a
   // recoverable failure resyncs (false); anything else is returned.
   absl::StatusOr<bool> Settle(const Exchanged& x, const PushedRound& p, double wait_s);
-  // An asynchronous run: rounds an exchange applies, at most, looking for its push's round.
+  // An asynchronous run: rounds an exchange applies, at most, looking for its push's round
+  // (more when the server's max_staleness is larger).
   static constexpr uint64_t kMaxVersionsToCount = 64;
   // Stops heartbeats and leaves the run (errors logged, not returned).
   void Leave();
@@ -92,6 +93,10 @@ class WorkerCore {
     absl::MutexLock lock(&stats_mu_);
     return stats_;
   }
+
+  // The inner steps to take in the next local round: what the server's last heartbeat reply
+  // told (--adaptive_h), else the run's H.
+  uint32_t InnerSteps() const;
 
   const WorkerOptions& options() const { return o_; }
   Transport& transport() { return client_; }
@@ -123,9 +128,11 @@ class WorkerCore {
   ParamLayout layout_;
   size_t n_ = 0;
   uint64_t joined_round_ = 0, joined_checksum_ = 0;  // the last Join's open round and θ_pub checksum
+  std::atomic<uint64_t> max_staleness_{0};           // the run's (JoinResponse), async only; read by flights
   Replica pub_;
   std::unique_ptr<Uplink> uplink_;
   std::unique_ptr<PeriodicThread> heartbeat_;
+  std::atomic<uint32_t> told_steps_{0};  // the server's last tell (0: none, or the run's H)
   double wait_seconds_ = 0;  // waited for the server (push, aggregation, downlink), in all
   mutable absl::Mutex stats_mu_;
   WorkerStats stats_ ABSL_GUARDED_BY(stats_mu_);

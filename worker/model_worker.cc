@@ -114,7 +114,7 @@ absl::StatusOr<SyncResult> ModelWorker::Sync(const Tensors& t, const SyncReport&
     return out;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const Exchanged x = core_.Exchange(round, *payload, static_cast<float>(r.train_loss));
+  const Exchanged x = core_.Exchange(*payload, pushed);
   absl::StatusOr<bool> applied = core_.Settle(x, pushed, Since(t0));
   if (!applied.ok()) return applied.status();
   Scatter(core_.pub().params(), t);

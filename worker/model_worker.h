@@ -74,6 +74,7 @@ class ModelWorker {
   bool done() const { return round() >= config().total_rounds(); }
   uint64_t checksum() const { return checksum_; }
   uint64_t id() const { return core_.id(); }
+  uint32_t inner_steps() const { return core_.InnerSteps(); }  // for the next local round (the server's tell, else H)
   size_t num_params() const { return core_.num_params(); }
   WorkerCore& core() { return core_; }
 

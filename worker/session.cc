@@ -179,7 +179,6 @@ class WorkerSession {
   // pushing, waiting for the round, decoding, and loading the new model (Python's sync()).
   double outer_seconds_ = 0;
   uint64_t outer_steps_ = 0;
-  uint64_t tokens_per_round_ = 0;
   double first_val_ = -1, last_val_ = -1;   // validation losses (-1: none yet)
   Histogram inner_steps_{DurationBuckets()};  // thread-safe: the metrics endpoint reads it
   // The run (Run), set up by Start. Declared before flight_, so that an exchange still in
@@ -195,6 +194,7 @@ class WorkerSession {
   bool done_ = false;                  // the run is over for this worker
   double wait_s_ = 0;                  // this round's training waited this long for the server
   uint32_t steps_done_ = 0;            // of the round training now
+  uint32_t round_steps_ = 0;           // the steps of the round training now (the server's tell, else H)
   int bad_rounds_ = 0;                 // rejected updates in a row (Sound)
   uint32_t injected_faults_ = 0;       // --fault_nonfinite_rounds so far
 };
@@ -350,7 +350,6 @@ std::optional<int> WorkerSession::Start() {
     if (absl::Status s = core_.Resync(); !s.ok()) return Fail(s);
   }
   tokens_per_step_ = uint64_t{config_.batch_size()} * config_.model().context();
-  tokens_per_round_ = (signmuon_ ? 1 : config_.inner_steps()) * tokens_per_step_;
   return std::nullopt;
 }
 
@@ -394,8 +393,7 @@ absl::StatusOr<bool> WorkerSession::Land() {
   trainer_->Rebase(pub_.params().data());
   Logf(tag_.c_str(), "round %llu: rebased onto round %llu's model after %u of %u steps",
        static_cast<unsigned long long>(flight_.pushed().round + 1), static_cast<unsigned long long>(pub_.round()),
-       steps_done_,
-       config_.inner_steps());
+       steps_done_, round_steps_);
   MaybeEvaluate();
   return true;
 }
@@ -405,8 +403,9 @@ WorkerSession::Trained WorkerSession::Train(uint64_t r, bool continuing) {
   wait_s_ = 0;
   steps_done_ = 0;
   if (r >= config_.total_rounds()) return t;
+  round_steps_ = signmuon_ ? 1 : core_.InnerSteps();  // decided at the start: the push says so
   const auto train_start = std::chrono::steady_clock::now();
-  RoundProgress progress(tag_, o_.progress_s, r, config_.inner_steps(), tokens_per_step_);
+  RoundProgress progress(tag_, o_.progress_s, r, round_steps_, tokens_per_step_);
   auto step_start = train_start;
   auto after_step = [&](uint32_t steps) {
     const auto now = std::chrono::steady_clock::now();
@@ -425,11 +424,11 @@ WorkerSession::Trained WorkerSession::Train(uint64_t r, bool continuing) {
     t.loss = trainer_->SignDirection(pub_.params().data());
     inner_steps_.Observe(Seconds(std::chrono::steady_clock::now() - train_start));
   } else if (continuing) {
-    t.loss = trainer_->TrainSteps(r * config_.inner_steps(), after_step);
+    t.loss = trainer_->TrainSteps(r * config_.inner_steps(), round_steps_, after_step);
   } else {  // θ_pub in, H steps, Δ out: the copies are timed as part of the outer step
     trainer_->SetParams(pub_.params().data());
     t.copy_seconds = Seconds(std::chrono::steady_clock::now() - train_start);
-    t.loss = trainer_->TrainSteps(r * config_.inner_steps(), after_step);
+    t.loss = trainer_->TrainSteps(r * config_.inner_steps(), round_steps_, after_step);
     const auto delta_start = std::chrono::steady_clock::now();
     trainer_->DeltaFrom(pub_.params().data());
     t.copy_seconds += Seconds(std::chrono::steady_clock::now() - delta_start);
@@ -467,15 +466,14 @@ absl::Status WorkerSession::Push(uint64_t r, const Trained& t) {
   absl::StatusOr<std::string> encoded = core_.uplink().Encode(trainer_->delta().data(), r);
   if (!encoded.ok()) return encoded.status();  // the device failed mid-run
   std::string payload = *std::move(encoded);
-  const PushedRound pushed{r, payload.size(), t.loss, t.seconds, signmuon_ ? 1 : config_.inner_steps(),
-                           tokens_per_round_};
+  const PushedRound pushed{r, payload.size(), t.loss, t.seconds, round_steps_, round_steps_ * tokens_per_step_};
   if (overlap_) {  // train the next round while this one is pushed, aggregated and sent back
     trainer_->MarkPush();
     flight_.Launch(&core_, pushed, std::move(payload));
     return absl::OkStatus();
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const Exchanged x = core_.Exchange(r, payload, static_cast<float>(t.loss));
+  const Exchanged x = core_.Exchange(payload, pushed);
   if (Stopping()) return absl::CancelledError("stop signal");  // Fail leaves through Stop
   absl::StatusOr<bool> applied = core_.Settle(x, pushed, Seconds(std::chrono::steady_clock::now() - t0));
   if (!applied.ok()) return applied.status();

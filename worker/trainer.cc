@@ -208,10 +208,10 @@ double Trainer::SignDirection(const float* global) {
 
 std::vector<std::string> Trainer::MuonTensorNames() const { return impl_->muon_names; }
 
-double Trainer::TrainSteps(uint64_t first_step, const StepCallback& after_step) {
+double Trainer::TrainSteps(uint64_t first_step, uint32_t wanted, const StepCallback& after_step) {
   double loss_sum = 0;
   uint32_t steps = 0;
-  while (steps < impl_->config.inner_steps()) {
+  while (steps < std::max<uint32_t>(1, wanted)) {
     loss_sum += InnerStep(first_step + steps);
     ++steps;
     if (after_step && !after_step(steps)) break;

@@ -42,9 +42,9 @@ class Trainer {
   // stops the round early (delta then holds a partial round, not to be pushed).
   using StepCallback = std::function<bool(uint32_t steps_done)>;
 
-  // H inner steps from the current parameters (global step first_step onwards); returns
+  // `steps` inner steps from the current parameters (global step first_step onwards); returns
   // the mean training loss over the steps taken.
-  double TrainSteps(uint64_t first_step, const StepCallback& after_step = nullptr);
+  double TrainSteps(uint64_t first_step, uint32_t steps, const StepCallback& after_step = nullptr);
 
   // SignMuon: one gradient at `global`; writes each tensor's direction (Muon's polar factor
   // of its momentum for hidden matrices, Adam's m_hat / (sqrt(v_hat) + eps) for the rest)

@@ -36,6 +36,12 @@ struct RoundResult {
   bool mine = false;                // this worker's push counts in this round
 };
 
+// What a push says of itself beside its payload.
+struct PushNote {
+  float train_loss = 0;      // the round's mean inner loss, for the server's logs
+  uint32_t inner_steps = 0;  // inner steps the payload holds (0: the run's H); the server caps what it counts
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -47,12 +53,14 @@ class Transport {
                                                 const v1::ModelLayout& model = {}) = 0;
   // The whole public model of the open round.
   virtual absl::StatusOr<FetchedModel> FetchModel(uint64_t worker_id) = 0;
-  virtual absl::Status Push(uint64_t worker_id, uint64_t round, const std::string& payload, float train_loss) = 0;
+  virtual absl::Status Push(uint64_t worker_id, uint64_t round, const std::string& payload, const PushNote& note) = 0;
   // Waits for `round` to close, however long that takes. CANCELLED once CancelAwaits() was called.
   virtual absl::StatusOr<RoundResult> AwaitRound(uint64_t worker_id, uint64_t round) = 0;
   // Ends the AwaitRound in flight and makes every later one return CANCELLED at once.
   virtual void CancelAwaits() = 0;
-  virtual absl::Status Heartbeat(uint64_t worker_id, const v1::WorkerReport& report) = 0;
+  // Returns the inner steps the server tells this worker to take from its next local round
+  // on (0: the run's H).
+  virtual absl::StatusOr<uint32_t> Heartbeat(uint64_t worker_id, const v1::WorkerReport& report) = 0;
   virtual absl::Status Leave(uint64_t worker_id) = 0;
   // Where the server is, for log lines ("localhost:7070", "in-process").
   virtual std::string Describe() const = 0;

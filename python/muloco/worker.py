@@ -57,7 +57,11 @@ class Worker:
 
     @property
     def inner_steps(self):
-        return self.config["inner_steps"]
+        """The inner steps to take before the next sync: the run's H, or fewer when the server
+        runs --adaptive_h and this worker is slower than the others (read it each round).
+        sync() without `steps` reports the value last read here."""
+        self._told_steps = self._native.inner_steps
+        return self._told_steps
 
     @property
     def checksum(self):
@@ -113,7 +117,8 @@ class Worker:
         came too late, or the worker was resynced) and the parameters hold the server's
         model. With overlap it lands the flight still in the air (waiting for it), pushes and
         returns at once ("in_flight" True)."""
-        steps = self.inner_steps if steps is None else steps
+        if steps is None:
+            steps = getattr(self, "_told_steps", None) or self.inner_steps
         return self._exchange(lambda buffers: self._native.sync(buffers, float(loss), int(tokens), int(steps),
                                                                 float(train_seconds)))
 

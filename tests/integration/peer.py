@@ -93,12 +93,13 @@ class Peer:
         return b"".join(c.data for c in self._fetch(pb.FetchModelRequest(worker_id=md.get("worker", self.id)),
                                                     metadata=self.md(**md), timeout=timeout))
 
-    def push(self, rnd, data, total=None, chunk=4096, timeout=10, checksum=None, **md):
-        """One push; `checksum` defaults to the protocol's: xxh64 of the payload seeded with the round."""
+    def push(self, rnd, data, total=None, chunk=4096, timeout=10, checksum=None, inner_steps=0, **md):
+        """One push; `checksum` defaults to the protocol's: xxh64 of the payload seeded with the round;
+        `inner_steps`: the steps it claims to hold (0: the run's H)."""
         total = len(data) if total is None else total
         checksum = xxhash.xxh64_intdigest(data, seed=rnd) if checksum is None else checksum
         chunks = [pb.UpdateChunk(worker_id=md.get("worker", self.id), round=rnd, total_bytes=total, data=data[i:i + chunk],
-                                 offset=i, payload_checksum=checksum)
+                                 offset=i, payload_checksum=checksum, inner_steps=inner_steps)
                   for i in range(0, max(1, len(data)), chunk)]
         return self._push(iter(chunks), metadata=self.md(**md), timeout=timeout)
 
@@ -106,9 +107,11 @@ class Peer:
         return list(self._await(pb.AwaitRoundRequest(worker_id=md.get("worker", self.id), round=rnd),
                                 metadata=self.md(**md), timeout=timeout))
 
-    def heartbeat(self, timeout=10, **md):
-        return self._heartbeat(pb.HeartbeatRequest(worker_id=md.get("worker", self.id)), metadata=self.md(**md),
-                               timeout=timeout)
+    def heartbeat(self, timeout=10, step_seconds=None, **md):
+        """`step_seconds`: report that many seconds per inner step (the reply's inner_steps follows)."""
+        report = pb.WorkerReport(inner_step_seconds=step_seconds) if step_seconds is not None else None
+        return self._heartbeat(pb.HeartbeatRequest(worker_id=md.get("worker", self.id), report=report),
+                               metadata=self.md(**md), timeout=timeout)
 
     def leave(self, timeout=10, **md):
         return self._leave(pb.LeaveRequest(worker_id=md.get("worker", self.id)), metadata=self.md(**md), timeout=timeout)

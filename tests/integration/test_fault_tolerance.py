@@ -1,6 +1,7 @@
-"""Fault tolerance over real processes: kill -9 of the server (restart from its checkpoint),
-kill -9 of a worker (deadline, eviction, rejoin), a cut network link (a proxy that drops
-every connection for a while), and churn over 200 rounds with the server's memory measured."""
+"""Fault tolerance over real processes: kill -9 of the server (restart from its checkpoint, in
+the synchronous and the asynchronous mode), kill -9 of a worker (deadline, eviction, rejoin),
+a cut network link (a proxy that drops every connection for a while), and churn over 200
+rounds with the server's memory measured."""
 import os
 import random
 import re
@@ -21,10 +22,16 @@ def rss_kib(pid):
 
 class FaultTolerance(ClusterTest):
     def test_server_killed_and_restarted_loses_no_round(self):
+        self.server_crash()
+
+    def test_server_killed_and_restarted_loses_no_round_async(self):
+        self.server_crash("--sync=async")
+
+    def server_crash(self, *mode):
         ckpt = self.path("ckpt")
         # --min_quorum=2: the restarted server waits for both workers (else one alone can finish
         # the run before the other's backoff brings it back, and that one retries a dead server).
-        flags = [*TINY, "--rounds=12", "--inner_steps=10", "--min_quorum=2", f"--checkpoint_dir={ckpt}",
+        flags = [*TINY, *mode, "--rounds=12", "--inner_steps=10", "--min_quorum=2", f"--checkpoint_dir={ckpt}",
                  f"--save_final={self.path('server.bin')}"]
         server, addr = self.start_server(*flags, name="server1")
         workers = [self.start_worker(addr, f"--save_final={self.path(f'w{i}.bin')}", "--heartbeat_s=0.5",

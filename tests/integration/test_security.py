@@ -328,7 +328,13 @@ class Tokens(ClusterTest):
         self.assertEqual(self.join(addr, self.tokens["alice"])[1], OK)  # its one session is free again
 
     def test_revocation_evicts_peers_and_workers(self):
-        server, addr = self.server("--rounds=1000", "--inner_steps=4", "--eval_every=0")
+        self.revocation()
+
+    def test_revocation_evicts_peers_and_workers_async(self):
+        self.revocation("--sync=async")
+
+    def revocation(self, *mode):
+        server, addr = self.server(*mode, "--rounds=1000", "--inner_steps=4", "--eval_every=0")
         alice_file = write_file(self.path("alice.token"), self.tokens["alice"] + "\n")
         worker = self.start_worker(addr, "--name=real", f"--token_file={alice_file}", name="real")
         self.wait_for(server, r"round 1 closed", timeout=120)  # past the cold start: peers below are not awaited
@@ -378,8 +384,14 @@ class Tokens(ClusterTest):
 
 class Sessions(ClusterTest):
     def test_a_peer_cannot_speak_for_another(self):
-        _, addr = self.start_server(*TINY, "--uplink_codec=dense-fp32", "--downlink_codec=dense-fp32", "--rounds=3",
-                                    "--inner_steps=4")
+        self.speak_for_another()
+
+    def test_a_peer_cannot_speak_for_another_async(self):
+        self.speak_for_another("--sync=async", "--min_quorum=2")  # round 0 closes with both pushes
+
+    def speak_for_another(self, *mode):
+        _, addr = self.start_server(*TINY, *mode, "--uplink_codec=dense-fp32", "--downlink_codec=dense-fp32",
+                                    "--rounds=3", "--inner_steps=4")
         x, y = Peer(addr), Peer(addr)
         n = x.join(name="x").num_params
         y.join(name="y")

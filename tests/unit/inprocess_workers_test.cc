@@ -176,8 +176,8 @@ TEST(LocalTransport, SpeaksTheEngineCodes) {
   absl::StatusOr<FetchedModel> m = t.FetchModel(j->worker_id());
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(m->checksum, j->model_checksum());
-  EXPECT_EQ(t.Push(j->worker_id(), 0, "garbage", 0).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(t.Push(j->worker_id(), 7, "garbage", 0).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(t.Push(j->worker_id(), 0, "garbage", {}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.Push(j->worker_id(), 7, "garbage", {}).code(), absl::StatusCode::kFailedPrecondition);
   t.CancelAwaits();
   EXPECT_EQ(t.AwaitRound(j->worker_id(), 0).status().code(), absl::StatusCode::kCancelled);
   EXPECT_TRUE(t.Leave(j->worker_id()).ok());

@@ -182,6 +182,35 @@ TEST(RobustAggregator, DirectionAndSizeChecksWeighUpdates) {
   }
 }
 
+// A push of fewer inner steps (steps_share) is expected to be that much smaller: one of 2 of
+// 10 steps at 0.15 x an honest norm keeps its weight, while the same push claiming all 10
+// steps is cut by its size: weight 0.15 / tiny (0.5) = 0.3.
+TEST(RobustAggregator, TheSizeCheckExpectsAShortPushToBeSmaller) {
+  const size_t n = 256;
+  auto honest = Honest(4, n, 5);
+  std::vector<float> short_push(n);
+  for (size_t i = 0; i < n; ++i) short_push[i] = 0.15f * honest[3][i];
+  for (const double share : {0.2, 1.0}) {
+    Round r;
+    for (size_t i = 0; i < 3; ++i) r.Add("h", {honest[i]});
+    r.Add("short", {short_push});
+    r.in[3].steps_share = share;
+    RobustAggregator agg(ScreenOptions{}, ChunksOf({n}), n, 1);
+    std::vector<float> out(n);
+    const auto v = agg.Aggregate(r.in, out.data());
+    if (share < 1) {
+      EXPECT_EQ(v[3].weight, 1.0) << v[3].reason;
+    } else {
+      EXPECT_STREQ(v[3].reason, "small");
+      std::vector<double> norms{v[0].norm, v[1].norm, v[2].norm, v[3].norm};
+      std::sort(norms.begin(), norms.end());
+      const double typical = 0.5 * (norms[1] + norms[2]);  // the median of four
+      EXPECT_NEAR(v[3].weight, v[3].norm / (0.5 * typical), 1e-9);
+      EXPECT_LT(v[3].weight, 0.5);
+    }
+  }
+}
+
 double Cosine(const std::vector<float>& a, const std::vector<float>& b) {
   double dot = 0;
   for (size_t i = 0; i < a.size(); ++i) dot += double{a[i]} * b[i];

@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""Goodput under failures: synchronous against asynchronous rounds (bench/README.md).
+
+K real workers (throttled --slowdowns times, muloco-worker --slowdown), each reaching a real
+muloco-server on loopback through its own TCP proxy (a link that can be cut). Four runs of
+--duration seconds each: async and sync failure-free, then both under one seeded schedule of
+failures: per worker a Poisson process with a mean time between failures of --mtbf_rounds
+local rounds (H inner steps of a 1x worker, measured in the failure-free async run), each
+failure one of kill -9 (restarted after the downtime), SIGSTOP (SIGCONT after it) or a cut
+link (restored after it), the downtime uniform in [0.5, 1.5] rounds.
+
+Reported per run: goodput (inner steps merged into the model / inner steps the workers could
+have computed in the wall time, each at its own speed measured failure-free; also over the
+time each worker was up), the time to reach the failure-free sync run's final validation
+loss, the validation loss at equal merged tokens against the same mode's failure-free run,
+and the longest wait between two round closes. Writes OUT/chaos.txt, chaos.json and, with
+gnuplot, chaos.png.
+
+  bench/chaos.py [--build build] [--slowdowns 1,1,2,4] [--inner_steps 200] [--duration 150]
+                 [--mtbf_rounds 5] [--seed 0] [--no-adaptive_h] [--out bench/results/chaos]
+
+The async runs use muloco-server --adaptive_h unless --no-adaptive_h; the sync runs are the
+classic barrier (every worker takes H steps). H = 200 makes a 1x worker's round (the tests' tiny GPT) last
+about 2.4 s here: long against a restart (process start, join, model fetch: about 1.5 s), as a
+real run's rounds of minutes are against restarts of seconds.
+"""
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+
+from cluster import HERE, TINY, Cluster
+from harness import Proxy
+
+STAMP = r"^(\S+) \w+ "
+CLOSE_RE = re.compile(STAMP + r"\[server\] round (\d+) closed: (\d+) contributors.*?; (\d+) inner steps merged", re.M)
+EVAL_RE = re.compile(STAMP + r"\[worker \S+\] eval: round (\d+) val_loss ([\d.]+)", re.M)
+TRAINED_RE = re.compile(r"trained ([\d.]+) s, waited [\d.]+ s, checksum \w+ ok(?: \((\d+) of \d+ inner steps\))?")
+
+
+def stamp(text):
+    return datetime.strptime(text.rstrip("Z"), "%Y-%m-%dT%H:%M:%S.%f").timestamp()
+
+
+def schedule(a, names, round_s):
+    """[(seconds from the start, worker, kind, downtime s)], seeded."""
+    rng = random.Random(a.seed)
+    events = []
+    for name in names:
+        t = 0.0
+        while True:
+            t += rng.expovariate(1.0 / (a.mtbf_rounds * round_s))
+            if t >= a.duration:
+                break
+            down = rng.uniform(0.5, 1.5) * round_s
+            events.append((t, name, rng.choice(["kill", "stall", "cut"]), down))
+            t += down  # a worker fails again only once it is back
+    return sorted(events)
+
+
+def run(a, mode, events, logdir):
+    """One run of a.duration seconds; returns its measurements."""
+    names = [f"w{i}" for i in range(len(a.slowdowns))]
+    flags = [*TINY, f"--sync={mode}", "--rounds=1000000", f"--inner_steps={a.inner_steps}", f"--eval_every={a.eval_every}",
+             f"--min_quorum={2 if mode == 'async' else 1}", f"--round_timeout_s={a.round_timeout_s}",
+             f"--heartbeat_timeout_s={a.round_timeout_s}", "--grace_max_s=5",
+             *(["--adaptive_h"] if mode == "async" and a.adaptive_h else []), *a.server_flags]
+    cluster = Cluster(a.build, logdir)
+    proxies, downtime = {}, {n: 0.0 for n in names}
+    pending = list(events)  # (t, name, kind, down) to start
+    recover = []            # (t, name, kind) to end
+    try:
+        port = cluster.start_server(flags)
+        worker_flags = {n: [f"--slowdown={s}", "--heartbeat_s=1", "--stall_timeout_s=10", "--retry_timeout_s=600"]
+                        for n, s in zip(names, a.slowdowns)}
+        for n in names:
+            proxies[n] = Proxy(port)
+            cluster.start_worker(n, proxies[n].port, worker_flags[n])
+        t0 = time.time()
+        while (now := time.time() - t0) < a.duration:
+            for item in [r for r in recover if r[0] <= now]:
+                recover.remove(item)
+                _, n, kind = item
+                if kind == "kill":
+                    cluster.start_worker(n, proxies[n].port, worker_flags[n])
+                elif kind == "stall":
+                    cluster.workers[n].send_signal(signal.SIGCONT)
+                else:
+                    proxies[n].restore()
+            while pending and pending[0][0] <= now:
+                t, n, kind, down = pending.pop(0)
+                downtime[n] += min(down, a.duration - t)
+                if kind == "kill":
+                    cluster.workers[n].kill()
+                elif kind == "stall":
+                    cluster.workers[n].send_signal(signal.SIGSTOP)
+                else:
+                    proxies[n].cut()
+                recover.append((t + down, n, kind))  # before this worker's next failure
+            time.sleep(0.02)
+    finally:
+        for p in cluster.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+        cluster.kill()
+        for p in proxies.values():
+            p.cut()
+    return measure(a, cluster, names, t0, downtime)
+
+
+def measure(a, cluster, names, t0, downtime):
+    server = open(cluster.log("server")).read()
+    closes = [(stamp(ts) - t0, int(r), int(steps)) for ts, r, _, steps in CLOSE_RE.findall(server)]
+    closes = [c for c in closes if c[0] <= a.duration]
+    merged, cum = 0, {}
+    for _, r, steps in closes:
+        merged += steps
+        cum[r + 1] = merged  # the model of round r + 1 holds this many merged steps
+    evals = {}
+    step_s = {}
+    for n in names:
+        text = open(cluster.log(n)).read()
+        for ts, r, v in EVAL_RE.findall(text):
+            t = stamp(ts) - t0
+            if t <= a.duration and (int(r) not in evals or t < evals[int(r)][0]):
+                evals[int(r)] = (t, float(v))
+        per_step = [float(s) / int(k or a.inner_steps) for s, k in TRAINED_RE.findall(text)]
+        step_s[n] = statistics.median(per_step) if per_step else None
+    gaps = [b[0] - a_[0] for a_, b in zip(closes, closes[1:])]
+    return {"closes": len(closes), "merged_steps": merged, "step_s": step_s, "downtime": downtime,
+            "evals": sorted((r, t, v, cum.get(r, 0)) for r, (t, v) in evals.items()),
+            "longest_wait_s": max(gaps) if gaps else None}
+
+
+def loss_at(run_, tokens):
+    """The validation loss of the last evaluated model holding at most `tokens` merged steps."""
+    losses = [v for _, _, v, c in run_["evals"] if c <= tokens]
+    return losses[-1] if losses else None
+
+
+def fmt(x, form, scale=1):
+    return "-" if x is None else form % (scale * x)
+
+
+def report(a, runs, out):
+    clean_async = runs["async"]
+    speed = clean_async["step_s"]  # each worker's seconds per step, failure-free and never waiting
+    target = runs["sync"]["evals"][-1][2] if runs["sync"]["evals"] else 0.0
+    lines = [f"chaos: {len(a.slowdowns)} workers throttled {a.slowdowns}, H = {a.inner_steps}"
+             f"{' (async: --adaptive_h)' if a.adaptive_h else ''}, {a.duration:.0f} s per run, "
+             f"MTBF {a.mtbf_rounds} rounds per worker, seed {a.seed}",
+             f"a 1x worker's round: {a.round_s:.2f} s; {len(a.events)} failures scheduled ("
+             + ", ".join(f"{sum(e[2] == k for e in a.events)} {k}" for k in ("kill", "stall", "cut")) + "): "
+             + ", ".join(f"{n} {k} at {t:.1f} s for {d:.1f} s" for t, n, k, d in a.events[:12])
+             + (", ..." if len(a.events) > 12 else ""),
+             "",
+             "| run | rounds | steps merged | goodput (all time) | goodput (up time) | time to sync's final loss "
+             "| loss at equal tokens | vs failure-free | longest wait between closes |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    table = {}
+    for key, r in runs.items():
+        mode = key.split("-")[0]
+        possible = sum(a.duration / speed[n] for n in speed if speed[n])
+        up = sum((a.duration - r["downtime"][n]) / speed[n] for n in speed if speed[n])
+        reached = next((t for _, t, v, _ in r["evals"] if v <= target), None)
+        ref = runs[mode]
+        tokens = min(run_["evals"][-1][3] if run_["evals"] else 0 for run_ in (r, ref))
+        loss, ref_loss = loss_at(r, tokens), loss_at(ref, tokens)
+        row = {"rounds": r["closes"], "merged_steps": r["merged_steps"], "goodput": r["merged_steps"] / possible,
+               "goodput_up": r["merged_steps"] / up, "time_to_target_s": reached, "loss_at_equal_tokens": loss,
+               "vs_failure_free": loss / ref_loss - 1 if loss and ref_loss else None,
+               "longest_wait_s": r["longest_wait_s"]}
+        table[key] = row
+        lines.append(f"| {key} | {row['rounds']} | {row['merged_steps']} | {100 * row['goodput']:.1f}% | "
+                     f"{100 * row['goodput_up']:.1f}% | {'%.1f s' % reached if reached else 'not reached'} | "
+                     f"{fmt(loss, '%.4f')} | {fmt(row['vs_failure_free'], '%+.2f%%', 100)} | "
+                     f"{fmt(row['longest_wait_s'], '%.2f s')} |")
+    lines.append(f"\nsync's final validation loss (the target): {target:.4f}")
+    text = "\n".join(lines)
+    print(text)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "chaos.txt"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(out, "chaos.json"), "w") as f:
+        json.dump({"args": {k: v for k, v in vars(a).items() if k not in ("events",)}, "events": a.events,
+                   "runs": runs, "table": table}, f, indent=1)
+    plot(runs, out)
+
+
+def plot(runs, out):
+    if not shutil.which("gnuplot"):
+        print("chaos: gnuplot not found (apt-get install gnuplot-nox): no plot", file=sys.stderr)
+        return
+    data = os.path.join(out, "chaos.dat")
+    with open(data, "w") as f:
+        for key, r in runs.items():
+            f.write(f'"{key}"\n' + "".join(f"{t:.2f} {v:.4f}\n" for _, t, v, _ in r["evals"]) + "\n\n")
+    png = os.path.join(out, "chaos.png")
+    script = (f"set terminal png size 1000,600; set output '{png}'; set grid; set key top right; "
+              "set xlabel 'wall time (s)'; set ylabel 'validation loss'; "
+              f"plot for [i=0:{len(runs) - 1}] '{data}' index i using 1:2 with linespoints title columnheader(1)")
+    subprocess.run(["gnuplot", "-e", script], check=True)
+    os.remove(data)
+    print(f"plot: {png}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default=os.path.join(HERE, "..", "build"))
+    p.add_argument("--slowdowns", default="1,1,2,4")
+    p.add_argument("--inner_steps", type=int, default=200)
+    p.add_argument("--eval_every", type=int, default=1,
+                   help="rounds between evaluations (an async worker evaluates only the versions it lands on)")
+    p.add_argument("--duration", type=float, default=150)
+    p.add_argument("--mtbf_rounds", type=float, default=5)
+    p.add_argument("--round_timeout_s", type=float, default=10, help="the server's straggler deadline and eviction time")
+    p.add_argument("--adaptive_h", action=argparse.BooleanOptionalAction, default=True,
+                   help="async runs with muloco-server --adaptive_h (per-worker H from their speeds)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=os.path.join(HERE, "results", "chaos"))
+    p.add_argument("--logs", default=None)
+    p.add_argument("server_flags", nargs="*")
+    a = p.parse_args()
+    a.slowdowns = [float(s) for s in a.slowdowns.split(",")]
+    logs = a.logs or tempfile.mkdtemp(prefix="muloco_chaos_")
+    print(f"chaos: logs in {logs}", flush=True)
+    runs = {"async": run(a, "async", [], os.path.join(logs, "async"))}
+    fast = [runs["async"]["step_s"][f"w{i}"] for i, s in enumerate(a.slowdowns) if s == min(a.slowdowns)]
+    a.round_s = a.inner_steps * statistics.median(x for x in fast if x)
+    a.events = schedule(a, [f"w{i}" for i in range(len(a.slowdowns))], a.round_s)
+    runs["sync"] = run(a, "sync", [], os.path.join(logs, "sync"))
+    runs["async-chaos"] = run(a, "async", a.events, os.path.join(logs, "async-chaos"))
+    runs["sync-chaos"] = run(a, "sync", a.events, os.path.join(logs, "sync-chaos"))
+    report(a, runs, a.out)
+
+
+if __name__ == "__main__":
+    main()
