@@ -403,20 +403,29 @@ WorkerSession::Trained WorkerSession::Train(uint64_t r, bool continuing) {
   wait_s_ = 0;
   steps_done_ = 0;
   if (r >= config_.total_rounds()) return t;
-  round_steps_ = signmuon_ ? 1 : core_.InnerSteps();  // decided at the start: the push says so
+  round_steps_ = signmuon_ ? 1 : core_.InnerSteps();  // at the start; fewer when told so mid-round
   const auto train_start = std::chrono::steady_clock::now();
   RoundProgress progress(tag_, o_.progress_s, r, round_steps_, tokens_per_step_);
   auto step_start = train_start;
+  double busy_s = 0;  // stepping (and --slowdown's naps), not landing a flight
   auto after_step = [&](uint32_t steps) {
     const auto now = std::chrono::steady_clock::now();
     inner_steps_.Observe(Seconds(now - step_start));
     if (o_.slowdown > 1 && !core_.Nap((o_.slowdown - 1) * Seconds(now - step_start))) return false;
+    busy_s += Seconds(std::chrono::steady_clock::now() - step_start);
+    // Reported with the next heartbeat, before any push counts: a worker too slow for any
+    // push to count is still told fewer steps (--adaptive_h).
+    core_.Count([&](WorkerStats& st) { st.inner_step_seconds = busy_s / steps; });
     step_start = std::chrono::steady_clock::now();
     steps_done_ = steps;
     progress.AfterStep(steps);
     if (flight_.Due(steps, o_.overlap_steps)) {
       t.keep = Land();  // the update arrived mid-round: rebase now
       if (!t.keep.ok() || !*t.keep) return false;
+    }
+    if (steps < round_steps_ && steps >= core_.InnerSteps()) {  // told fewer steps mid-round: push what is done
+      round_steps_ = steps;
+      return false;
     }
     return !Stopping();
   };

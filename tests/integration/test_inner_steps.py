@@ -53,7 +53,7 @@ class InnerSteps(ClusterTest):
 
     def test_a_slow_worker_is_told_fewer_steps(self):
         server, addr = self.start_server(*TINY, "--sync=async", "--inner_steps=10", "--min_quorum=2", "--grace_max_s=2",
-                                         "--adaptive_h", "--rounds=16",
+                                         "--adaptive_h", "--rounds=40",
                                          f"--save_final={self.path('server.bin')}")
         names = ["fast0", "fast1", "slow"]
         workers = [self.start_worker(addr, f"--name={n}", "--heartbeat_s=0.5", f"--save_final={self.path(n + '.bin')}",
