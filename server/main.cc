@@ -19,6 +19,9 @@ ABSL_FLAG(uint64_t, max_staleness, 4, "--sync=async: versions a push may lag the
 ABSL_FLAG(double, grace_min_s, 0.05, "--sync=async: a round closes at the quorum and a grace window of 2x the median gap "
           "between the latest pushes, at least this long");
 ABSL_FLAG(double, grace_max_s, 30, "--sync=async: the grace window's upper bound");
+ABSL_FLAG(bool, async_partial_steps, true,
+          "--sync=async: an outer step scales by the share of a full round it merged (its pushes' steps / H, "
+          "summed, / the live workers; at most 1)");
 ABSL_FLAG(bool, adaptive_h, false,
           "Tell each worker how many inner steps to take (at most --inner_steps) so that workers of different "
           "speeds arrive together: H x the lower median of the workers' seconds per step / its own, H when "
@@ -101,6 +104,7 @@ int main(int argc, char** argv) {
   o.async.max_staleness = absl::GetFlag(FLAGS_max_staleness);
   o.async.grace_min_s = absl::GetFlag(FLAGS_grace_min_s);
   o.async.grace_max_s = absl::GetFlag(FLAGS_grace_max_s);
+  o.async.partial_steps = absl::GetFlag(FLAGS_async_partial_steps);
   o.adaptive_h = absl::GetFlag(FLAGS_adaptive_h);
   o.min_inner_steps = absl::GetFlag(FLAGS_min_inner_steps);
   if (o.min_inner_steps < 1) {

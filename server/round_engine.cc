@@ -508,10 +508,16 @@ void RoundEngine::CloseRoundLocked() {
     for (const Pending& p : pending_) steps += p.steps;
     absl::StrAppendFormat(&note, "; %llu inner steps merged", static_cast<unsigned long long>(steps));
   }
+  const double share = options_.async.enabled && options_.async.partial_steps ? MergedShareLocked() : 1.0;
+  if (share < 1) absl::StrAppendFormat(&note, "; step x%.2f", share);
   auto landed = std::make_shared<std::map<uint64_t, std::vector<LandedRange>>>();
   // sum_ = the vote's sign, or the screened mean pseudo-gradient
   const size_t contributors =
       options_.aggregation == Aggregation::kVote ? TallyVotesLocked() : AggregateLocked(landed.get());
+  if (share < 1) {
+    const float s = static_cast<float>(share);
+    for (float& g : sum_) g *= s;
+  }
   outer_.Step(theta_true_.data(), sum_.data(), num_params_);
   auto payload = PublishLocked();
 
@@ -601,6 +607,13 @@ absl::StatusOr<RoundUpdate> RoundEngine::AwaitRound(uint64_t round, double wait_
     if (u.round == round) return u;
   }
   return absl::FailedPreconditionError(absl::StrCat("round ", round, " is too old; fetch the model"));
+}
+
+double RoundEngine::MergedShareLocked() const {
+  const uint32_t h = options_.inner_steps;
+  double merged = 0;
+  for (const Pending& p : pending_) merged += h && p.steps ? static_cast<double>(p.steps) / h : 1.0;
+  return std::min(1.0, merged / std::max<size_t>(1, members_.size()));
 }
 
 uint64_t RoundEngine::OpenRound() const {

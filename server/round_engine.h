@@ -40,6 +40,8 @@
 // grace_factor x the median gap between the latest pushes (their arrival rate), within
 // [grace_min_s, grace_max_s]. Nobody is expected, so nobody is waited for and nobody misses.
 // A push s versions behind weighs (1 + s)^-staleness_power of its participant's weight.
+// With partial_steps, the round's outer gradient scales by the share of a full round it
+// merged (see AsyncOptions).
 // Token weighting (either mode, when EngineOptions::inner_steps, the run's H, is set): a push
 // says how many inner steps it holds (0: H) and weighs min(claim, cap) / H of its weight,
 // the cap being what the server can vouch for: H, or with adaptive_h the most it told that
@@ -110,6 +112,10 @@ struct AsyncOptions {
   double grace_factor = 2;        // x the median gap between the latest pushes
   size_t gap_samples = 16;        // the latest gaps kept
   double staleness_power = 0.5;   // a push s versions behind weighs (1 + s)^-power
+  // An outer step scales by the share of a full round it merged: Σ steps / H over its pushes
+  // / the live sessions, at most 1 (rounds of a few pushes would otherwise move the model as
+  // far as a round of every worker's).
+  bool partial_steps = true;
 };
 
 struct EngineOptions {
@@ -363,6 +369,8 @@ class RoundEngine {
   size_t ExpectedInLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // θ_pub += decode(C(θ_true − θ_pub)); returns the payload.
   std::shared_ptr<const std::string> PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Async: the share of a full round the held pushes make (see AsyncOptions::partial_steps).
+  double MergedShareLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a close: who missed, who is expected in the next round.
   void OpenNextRoundLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
