@@ -493,9 +493,8 @@ size_t RoundEngine::TallyVotesLocked() {
   return contributors;
 }
 
-void RoundEngine::CloseRoundLocked() {
-  const auto close_start = std::chrono::steady_clock::now();
-  std::string note;  // async: how stale the merged pushes were
+std::string RoundEngine::CloseNoteLocked(double share) const {
+  std::string note;
   if (options_.async.enabled) {
     uint64_t stale = 0, lag = 0;
     for (const Pending& p : pending_) stale += p.staleness > 0, lag = std::max(lag, p.staleness);
@@ -508,8 +507,14 @@ void RoundEngine::CloseRoundLocked() {
     for (const Pending& p : pending_) steps += p.steps;
     absl::StrAppendFormat(&note, "; %llu inner steps merged", static_cast<unsigned long long>(steps));
   }
-  const double share = options_.async.enabled && options_.async.partial_steps ? MergedShareLocked() : 1.0;
   if (share < 1) absl::StrAppendFormat(&note, "; step x%.2f", share);
+  return note;
+}
+
+void RoundEngine::CloseRoundLocked() {
+  const auto close_start = std::chrono::steady_clock::now();
+  const double share = options_.async.enabled && options_.async.partial_steps ? MergedShareLocked() : 1.0;
+  const std::string note = CloseNoteLocked(share);
   auto landed = std::make_shared<std::map<uint64_t, std::vector<LandedRange>>>();
   // sum_ = the vote's sign, or the screened mean pseudo-gradient
   const size_t contributors =

@@ -369,6 +369,8 @@ class RoundEngine {
   size_t ExpectedInLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // θ_pub += decode(C(θ_true − θ_pub)); returns the payload.
   std::shared_ptr<const std::string> PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a close's log line adds: the held pushes' staleness (async), inner steps and step share.
+  std::string CloseNoteLocked(double share) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Async: the share of a full round the held pushes make (see AsyncOptions::partial_steps).
   double MergedShareLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a close: who missed, who is expected in the next round.
