@@ -15,16 +15,11 @@ import os
 import re
 import tempfile
 import time
-from datetime import datetime
 
-from cluster import HERE, TINY, Cluster
+from cluster import HERE, TINY, Cluster, stamp
 
 EVAL_RE = re.compile(r"^(\S+) INFO \[worker \S+\] eval: round (\d+) val_loss ([\d.]+)", re.M)
 CLOSED_RE = re.compile(r"round \d+ closed: (\d+) contributors")
-
-
-def stamp(text):
-    return datetime.strptime(text.rstrip("Z"), "%Y-%m-%dT%H:%M:%S.%f").timestamp()
 
 
 def run(a, mode, rounds, logdir):

@@ -36,19 +36,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime
 
-from cluster import HERE, TINY, Cluster
+from cluster import HERE, TINY, Cluster, stamp
 from harness import Proxy
 
 STAMP = r"^(\S+) \w+ "
 CLOSE_RE = re.compile(STAMP + r"\[server\] round (\d+) closed: (\d+) contributors.*?; (\d+) inner steps merged", re.M)
 EVAL_RE = re.compile(STAMP + r"\[worker \S+\] eval: round (\d+) val_loss ([\d.]+)", re.M)
 TRAINED_RE = re.compile(r"trained ([\d.]+) s, waited [\d.]+ s, checksum \w+ ok(?: \((\d+) of \d+ inner steps\))?")
-
-
-def stamp(text):
-    return datetime.strptime(text.rstrip("Z"), "%Y-%m-%dT%H:%M:%S.%f").timestamp()
 
 
 def schedule(a, names, round_s):
@@ -71,7 +66,7 @@ def run(a, mode, events, logdir):
     """One run of a.duration seconds; returns its measurements."""
     names = [f"w{i}" for i in range(len(a.slowdowns))]
     flags = [*TINY, f"--sync={mode}", "--rounds=1000000", f"--inner_steps={a.inner_steps}", f"--eval_every={a.eval_every}",
-             f"--min_quorum={2 if mode == 'async' else 1}", f"--round_timeout_s={a.round_timeout_s}",
+             f"--min_quorum={min(2, len(names) - 1) if mode == 'async' else 1}", f"--round_timeout_s={a.round_timeout_s}",
              f"--heartbeat_timeout_s={a.round_timeout_s}", "--grace_max_s=5",
              *(["--adaptive_h"] if mode == "async" and a.adaptive_h else []), *a.server_flags]
     cluster = Cluster(a.build, logdir)

@@ -5,10 +5,16 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 from harness import TINY  # noqa: E402,F401  (the benchmarks' model: fast on one core)
+
+
+def stamp(text):
+    """Seconds since the epoch of a log line's timestamp (UTC, "2026-12-07T13:14:36.079Z")."""
+    return datetime.strptime(text.rstrip("Z"), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=timezone.utc).timestamp()
 
 
 class Cluster:

@@ -81,7 +81,8 @@ RoundEngine::Joined RoundEngine::Join(const std::string& name, const std::string
   m.name = name;
   m.participant = key;
   m.last_seen = clock_->Now();
-  m.told = m.told_before = m.step_cap = options_.inner_steps;  // a first push may hold H: it may start before a tell
+  // A first push may hold H: it may start before a tell.
+  m.told = m.told_since_push = m.step_cap = options_.inner_steps;
   members_[id] = std::move(m);
   const uint64_t join_index = stats_.joins++;
   Logf("server", "worker %llu (%s) joined at round %llu; %zu live", static_cast<unsigned long long>(id), name.c_str(),
@@ -107,8 +108,8 @@ uint32_t RoundEngine::TellInnerSteps(uint64_t worker_id) {
     Logf("server", "worker %llu (%s): %u inner steps a round (was %u; %.3f s a step, pace %.3f s)",
          static_cast<unsigned long long>(worker_id), m.name.c_str(), steps, m.told, m.stats.inner_step_seconds, pace_);
   }
-  m.told_before = m.told;
   m.told = steps;
+  m.told_since_push = std::max(m.told_since_push, steps);
   m.step_cap = std::max(m.step_cap, steps);
   stats_.steps_told_below_h += steps < options_.inner_steps;
   return steps;
@@ -126,11 +127,16 @@ uint32_t RoundEngine::StepsForLocked(const Member& m) const {
 
 void RoundEngine::UpdatePaceLocked() {
   if (!options_.adaptive_h) return;
-  std::vector<double> seconds;
+  std::map<std::string, std::pair<double, int>> by_participant;  // sum and count of its sessions' reports
   for (const auto& [id, m] : members_) {
-    if (m.reported && m.stats.inner_step_seconds > 0) seconds.push_back(m.stats.inner_step_seconds);
+    if (!m.reported || !(m.stats.inner_step_seconds > 0)) continue;
+    auto& [sum, n] = by_participant[m.participant];
+    sum += m.stats.inner_step_seconds;
+    ++n;
   }
-  if (!seconds.empty()) pace_ = LowerMedian(std::move(seconds));
+  std::vector<double> seconds;
+  for (const auto& [key, sn] : by_participant) seconds.push_back(sn.first / sn.second);
+  if (!seconds.empty()) pace_ = Median(std::move(seconds));
 }
 
 uint32_t RoundEngine::CountedStepsLocked(uint64_t worker_id, const Member& m, uint32_t claim) {
@@ -262,7 +268,10 @@ absl::Status RoundEngine::Push(uint64_t worker_id, uint64_t round, absl::string_
     if (absl::Status s = HoldLocked(worker_id, m.participant, payload, open_round_ - round, steps); !s.ok()) return s;
   }
   stats_.inner_steps_accepted += steps;
-  m.step_cap = std::max(m.told, m.told_before);  // the next push: what it is told from now on
+  // The next push's round started when this one left: it holds at most what the session held
+  // since the previous acceptance (and what it is told from now on raises the cap).
+  m.step_cap = m.told_since_push;
+  m.told_since_push = m.told;
   AcceptLocked(worker_id, m, p, payload.size(), /*makes_round=*/vote || checked.norm > 0, round);
   MaybeCloseLocked();
   return absl::OkStatus();
@@ -615,10 +624,9 @@ absl::StatusOr<RoundUpdate> RoundEngine::AwaitRound(uint64_t round, double wait_
 }
 
 double RoundEngine::MergedShareLocked() const {
-  const uint32_t h = options_.inner_steps;
-  double merged = 0;
-  for (const Pending& p : pending_) merged += h && p.steps ? static_cast<double>(p.steps) / h : 1.0;
-  return std::min(1.0, merged / std::max<size_t>(1, members_.size()));
+  size_t active = 0;  // sessions that pushed within the last max_staleness + 1 rounds (this one included)
+  for (const auto& [id, m] : members_) active += m.next_round > 0 && m.next_round + options_.async.max_staleness >= open_round_;
+  return std::min(1.0, static_cast<double>(pending_.size()) / std::max<size_t>(1, active));
 }
 
 uint64_t RoundEngine::OpenRound() const {

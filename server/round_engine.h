@@ -44,13 +44,16 @@
 // merged (see AsyncOptions).
 // Token weighting (either mode, when EngineOptions::inner_steps, the run's H, is set): a push
 // says how many inner steps it holds (0: H) and weighs min(claim, cap) / H of its weight,
-// the cap being what the server can vouch for: H, or with adaptive_h the most it told that
-// session since its previous push (and the tell just before, which may have raced its
-// start). A claim over the cap counts as the cap and is logged and counted.
+// the cap being what the server can vouch for: H, or with adaptive_h the most that session
+// held from the acceptance of the push before its previous one on (its round started when
+// the previous push left, perhaps before that one was accepted). A claim over the cap counts
+// as the cap, logged and counted.
 // Adaptive H (adaptive_h): each heartbeat tells a session how many steps to take,
-// H x pace / its reported seconds per step, the pace being the lower median of the live
-// sessions' reports at the last close (a minority cannot set it), within
-// [min_inner_steps, H], and H when that is within 20% of H (timing noise shaves no steps).
+// H x pace / its reported seconds per step, the pace being the median over the live
+// participants (one report each, the mean of its sessions': more sessions buy no say) at the
+// last close, so that a minority reporting absurdly fast steps cannot shorten honest
+// workers' rounds much (one liar of two at most halves them), within [min_inner_steps, H],
+// and H when that is within 20% of H (timing noise shaves no steps).
 // No peer input can make the engine abort:
 // payloads are bounded at decode (kMaxAbsValue), and should the server's own downlink ever
 // fail its check, the round's step is discarded (θ_true reset to θ_pub) instead.
@@ -112,9 +115,10 @@ struct AsyncOptions {
   double grace_factor = 2;        // x the median gap between the latest pushes
   size_t gap_samples = 16;        // the latest gaps kept
   double staleness_power = 0.5;   // a push s versions behind weighs (1 + s)^-power
-  // An outer step scales by the share of a full round it merged: Σ steps / H over its pushes
-  // / the live sessions, at most 1 (rounds of a few pushes would otherwise move the model as
-  // far as a round of every worker's).
+  // An outer step scales by the share of a full round it merged: its pushes over the
+  // sessions that pushed within the last max_staleness + 1 rounds, at most 1 (rounds of a
+  // few pushes would otherwise move the model as far as a round of every worker's; counting
+  // pushes, not steps: a short push's pseudo-gradient is already that much smaller).
   bool partial_steps = true;
 };
 
@@ -299,7 +303,10 @@ class RoundEngine {
     WorkerStats stats;        // the last Report
     uint64_t next_round = 0;  // the round after its last accepted push
     uint64_t next_base = 0;   // async: the version after its last accepted push's (older: a duplicate)
-    uint32_t told = 0, told_before = 0;  // the latest tell of inner steps, and the one before it
+    uint32_t told = 0;        // the latest tell of inner steps
+    // The most it held since its last accepted push: the tell it held then and every tell
+    // since (a round starts when the push before it leaves, before that push is accepted).
+    uint32_t told_since_push = 0;
     uint32_t step_cap = 0;    // the most steps its next push may be counted for
   };
   struct Participant {
@@ -371,7 +378,8 @@ class RoundEngine {
   std::shared_ptr<const std::string> PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What a close's log line adds: the held pushes' staleness (async), inner steps and step share.
   std::string CloseNoteLocked(double share) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Async: the share of a full round the held pushes make (see AsyncOptions::partial_steps).
+  // Async: the share of a full round the held pushes make (see AsyncOptions::partial_steps):
+  // pushes (staleness-weighted) over the sessions that pushed within max_staleness + 1 rounds.
   double MergedShareLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a close: who missed, who is expected in the next round.
   void OpenNextRoundLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -134,9 +134,7 @@ absl::Status WorkerCore::Begin() {
     absl::StatusOr<uint32_t> told = client_.Heartbeat(id_.load(), ToReport(Stats()));
     if (told.ok()) {
       const uint32_t before = told_steps_.exchange(*told);
-      if (*told != before && (*told != 0 || before != 0)) {
-        Logf(tag_.c_str(), "the server asks for %u inner steps a round", *told ? *told : config_.inner_steps());
-      }
+      if (*told != before && *told != 0) Logf(tag_.c_str(), "the server asks for %u inner steps a round", *told);
     }
     return true;
   });

@@ -811,25 +811,26 @@ TEST(RoundEngine, AsyncGraceFollowsTheArrivalRate) {
   }
 }
 
-// partial_steps: a round that merged two of four live sessions' pushes takes half an outer
-// step; one that merged all four, a whole one.
+// partial_steps: a round that merged two of the four sessions that push takes half an outer
+// step; one that merged all four, a whole one; a session that joined and never pushed (a
+// sybil, a worker still starting) does not count.
 TEST(RoundEngine, AsyncScalesAStepByTheShareOfARoundItMerged) {
   EngineOptions o = AsyncOptionsForTest();
   o.async.partial_steps = true;
   Fixture f(o);
   std::vector<RoundEngine::Joined> w;
-  for (const char* name : {"a", "b", "c", "d"}) w.push_back(f.engine.Join(name));
-  ASSERT_TRUE(f.engine.Push(w[0].worker_id, 0, DensePayload({1, 1, 1, 1})).ok());
-  ASSERT_TRUE(f.engine.Push(w[1].worker_id, 0, DensePayload({3, 3, 3, 3})).ok());
+  for (const char* name : {"a", "b", "c", "d", "idle"}) w.push_back(f.engine.Join(name));
+  for (size_t i = 0; i < 4; ++i) ASSERT_TRUE(f.engine.Push(w[i].worker_id, 0, DensePayload({1, 1, 1, 1})).ok());
   f.clock.Advance(1.0);
   f.engine.Tick();
   ASSERT_EQ(f.engine.OpenRound(), 1u);
-  for (float v : *f.engine.Snapshot().params) EXPECT_FLOAT_EQ(v, 1.0f - 0.5f * 2.0f);
-  for (size_t i = 0; i < 4; ++i) ASSERT_TRUE(f.engine.Push(w[i].worker_id, 1, DensePayload({1, 1, 1, 1})).ok());
+  for (float v : *f.engine.Snapshot().params) EXPECT_FLOAT_EQ(v, 1.0f - 1.0f);
+  ASSERT_TRUE(f.engine.Push(w[0].worker_id, 1, DensePayload({1, 1, 1, 1})).ok());
+  ASSERT_TRUE(f.engine.Push(w[1].worker_id, 1, DensePayload({3, 3, 3, 3})).ok());
   f.clock.Advance(1.0);
   f.engine.Tick();
   ASSERT_EQ(f.engine.OpenRound(), 2u);
-  for (float v : *f.engine.Snapshot().params) EXPECT_FLOAT_EQ(v, 0.0f - 1.0f);
+  for (float v : *f.engine.Snapshot().params) EXPECT_FLOAT_EQ(v, 0.0f - 0.5f * 2.0f);
 }
 
 }  // namespace
