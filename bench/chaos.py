@@ -10,7 +10,7 @@ failure one of kill -9 (restarted after the downtime), SIGSTOP (SIGCONT after it
 link (restored after it), the downtime uniform in [0.5, 1.5] rounds.
 
 Reported per run: goodput (inner steps merged into the model / inner steps the workers could
-have computed in the wall time, each at its own speed measured failure-free; also over the
+have computed in the wall time, each at its own speed measured in that run; also over the
 time each worker was up), the time to reach the failure-free sync run's final validation
 loss, the validation loss at equal merged tokens against the same mode's failure-free run,
 and the longest wait between two round closes. Writes OUT/chaos.txt, chaos.json and, with
@@ -168,8 +168,10 @@ def report(a, runs, out):
     table = {}
     for key, r in runs.items():
         mode = key.split("-")[0]
-        possible = sum(a.duration / speed[n] for n in speed)
-        up = sum((a.duration - r["downtime"][n]) / speed[n] for n in speed)
+        # Each run's own speeds (a loaded machine slows every run differently), else the fallback.
+        own = {n: r["step_s"].get(n) or speed[n] for n in speed}
+        possible = sum(a.duration / own[n] for n in own)
+        up = sum((a.duration - r["downtime"][n]) / own[n] for n in own)
         smooth = [(t, statistics.mean(v for _, _, v, _ in r["evals"][max(0, i - 2):i + 1]))
                   for i, (_, t, _, _) in enumerate(r["evals"])]
         reached = next((t for t, v in smooth if v <= target), None)
