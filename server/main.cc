@@ -20,11 +20,11 @@ ABSL_FLAG(double, grace_min_s, 0.05, "--sync=async: a round closes at the quorum
           "between the latest pushes, at least this long");
 ABSL_FLAG(double, grace_max_s, 30, "--sync=async: the grace window's upper bound");
 ABSL_FLAG(bool, async_partial_steps, true,
-          "--sync=async: an outer step scales by the share of a full round it merged (its pushes' steps / H, "
-          "summed, / the live workers; at most 1)");
+          "--sync=async: an outer step scales by the share of a full round it merged (its pushes / the workers "
+          "that pushed within the last --max_staleness + 1 rounds; at most 1)");
 ABSL_FLAG(bool, adaptive_h, false,
           "Tell each worker how many inner steps to take (at most --inner_steps) so that workers of different "
-          "speeds arrive together: H x the lower median of the workers' seconds per step / its own, H when "
+          "speeds arrive together: H x the median of the participants' seconds per step / its own, H when "
           "within 20%; pushes weigh by their steps, capped at what the worker was told");
 ABSL_FLAG(uint32_t, min_inner_steps, 1, "--adaptive_h: the fewest inner steps a worker is told");
 ABSL_FLAG(double, round_timeout_s, 120, "Once half the expected workers pushed, wait this many seconds at most for the rest (and 4x this after the first push)");

@@ -495,9 +495,7 @@ size_t RoundEngine::TallyVotesLocked() {
     const float keep = 1.0f - options_.outer.lr * factor * d.rate;
     for (size_t i = d.offset; i < d.offset + d.numel; ++i) theta_true_[i] *= keep;
   }
-  if (factor != 1.0f) {
-    for (size_t i = 0; i < n; ++i) sum_[i] *= factor;  // outer_ then steps by lr * factor * V
-  }
+  ScaleSumLocked(factor);  // outer_ then steps by lr * factor * V
   std::fill(votes_.begin(), votes_.end(), 0);
   return contributors;
 }
@@ -528,10 +526,7 @@ void RoundEngine::CloseRoundLocked() {
   // sum_ = the vote's sign, or the screened mean pseudo-gradient
   const size_t contributors =
       options_.aggregation == Aggregation::kVote ? TallyVotesLocked() : AggregateLocked(landed.get());
-  if (share < 1) {
-    const float s = static_cast<float>(share);
-    for (float& g : sum_) g *= s;
-  }
+  ScaleSumLocked(static_cast<float>(share));
   outer_.Step(theta_true_.data(), sum_.data(), num_params_);
   auto payload = PublishLocked();
 
@@ -623,9 +618,16 @@ absl::StatusOr<RoundUpdate> RoundEngine::AwaitRound(uint64_t round, double wait_
   return absl::FailedPreconditionError(absl::StrCat("round ", round, " is too old; fetch the model"));
 }
 
+void RoundEngine::ScaleSumLocked(float s) {
+  if (s == 1.0f) return;
+  for (float& g : sum_) g *= s;
+}
+
 double RoundEngine::MergedShareLocked() const {
   size_t active = 0;  // sessions that pushed within the last max_staleness + 1 rounds (this one included)
-  for (const auto& [id, m] : members_) active += m.next_round > 0 && m.next_round + options_.async.max_staleness >= open_round_;
+  for (const auto& [id, m] : members_) {
+    active += m.next_round > 0 && m.next_round + options_.async.max_staleness >= open_round_;
+  }
   return std::min(1.0, static_cast<double>(pending_.size()) / std::max<size_t>(1, active));
 }
 

@@ -378,8 +378,10 @@ class RoundEngine {
   std::shared_ptr<const std::string> PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What a close's log line adds: the held pushes' staleness (async), inner steps and step share.
   std::string CloseNoteLocked(double share) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // sum_ *= s (the outer gradient before the step); nothing at 1.
+  void ScaleSumLocked(float s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Async: the share of a full round the held pushes make (see AsyncOptions::partial_steps):
-  // pushes (staleness-weighted) over the sessions that pushed within max_staleness + 1 rounds.
+  // its pushes over the sessions that pushed within max_staleness + 1 rounds, at most 1.
   double MergedShareLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a close: who missed, who is expected in the next round.
   void OpenNextRoundLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -60,10 +60,10 @@ class WorkerCore {
   absl::Status Resync();
   // After the first Join: the uplink for the run's codec and heartbeats every heartbeat_s.
   absl::Status Begin();
-  // One round's push (from version p.round, holding p.steps inner steps) and wait: Push (ALREADY_EXISTS: an earlier try got through), commit
-  // the uplink's error feedback, AwaitRound (both retried), apply the update to the replica;
-  // in an asynchronous run, every round from `round` (the replica's version) up to the one
-  // the push counts in, in order.
+  // One round's push (from version p.round, holding p.steps inner steps) and wait: Push
+  // (ALREADY_EXISTS: an earlier try got through), commit the uplink's error feedback,
+  // AwaitRound (both retried), apply the update to the replica; in an asynchronous run, every
+  // round from p.round (the replica's version) up to the one the push counts in, in order.
   // Touches only the transport, the uplink and the replica (safe beside training).
   Exchanged Exchange(const std::string& payload, const PushedRound& p);
   // Acts on an exchange's outcome: counts and logs the closed round (true); after a

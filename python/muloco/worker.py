@@ -31,6 +31,7 @@ class Worker:
                  tls_key="", tls_server_name="", heartbeat_s=5.0, connect_timeout_s=60.0, retry_timeout_s=600.0,
                  leave_on_sigterm=True, overlap=False, overlap_steps=0):
         self._params = dict(model.named_parameters())
+        self._told_steps = None  # the inner steps last read from `inner_steps`: what sync() claims
         tensors = [(n, list(p.shape)) for n, p in self._params.items()]
         self._native = _NativeWorker(server, tensors, name=name or f"py-{os.getpid()}",
                                      token=token or "", token_file=token_file or "", insecure=insecure, tls_ca=tls_ca,
@@ -118,7 +119,7 @@ class Worker:
         model. With overlap it lands the flight still in the air (waiting for it), pushes and
         returns at once ("in_flight" True)."""
         if steps is None:
-            steps = getattr(self, "_told_steps", None) or self.inner_steps
+            steps = self._told_steps or self.inner_steps
         return self._exchange(lambda buffers: self._native.sync(buffers, float(loss), int(tokens), int(steps),
                                                                 float(train_seconds)))
 
