@@ -136,8 +136,13 @@ class WorkerSession {
   // Overlap: ends the exchange in flight. Once its update is applied, the trainer's
   // parameters move onto the new public model keeping the progress made since the push:
   // θ ← θ_pub + (θ − θ_push); the next pseudo-gradient θ_pub − θ_end then counts only that
-  // progress. Returns whether training goes on (false: resynced, or this worker is done).
+  // progress. Returns whether training goes on (false: resynced in a synchronous run, or this worker
+  // is done).
   absl::StatusOr<bool> Land();
+  // After a flight ended in a resync (its push refused or lost): in an asynchronous run the
+  // round in training moves onto the fetched model as onto a landed update, so only the lost
+  // push's steps are lost (true); a synchronous run starts its next round afresh (false).
+  bool KeepAfterResync();
   // Trains round r from the public model, or (continuing, with --overlap) on from where the
   // last round's training left off; an update in flight lands between steps (Land).
   Trained Train(uint64_t r, bool continuing);
@@ -385,7 +390,8 @@ bool WorkerSession::Finished(const Exchanged& x) {
 absl::StatusOr<bool> WorkerSession::Land() {
   const Exchanged x = flight_.Land(&wait_s_);
   absl::StatusOr<bool> applied = core_.Settle(x, flight_.pushed(), wait_s_);
-  if (!applied.ok() || !*applied) return applied;
+  if (!applied.ok()) return applied;
+  if (!*applied) return KeepAfterResync();
   if (Finished(x)) {
     done_ = true;
     return false;
@@ -395,6 +401,15 @@ absl::StatusOr<bool> WorkerSession::Land() {
        static_cast<unsigned long long>(flight_.pushed().round + 1), static_cast<unsigned long long>(pub_.round()),
        steps_done_, round_steps_);
   MaybeEvaluate();
+  return true;
+}
+
+bool WorkerSession::KeepAfterResync() {
+  if (!KindsOf(config_).async || pub_.round() >= config_.total_rounds()) return false;
+  trainer_->Rebase(pub_.params().data());
+  Logf(tag_.c_str(), "round %llu: the %u steps trained since the lost push carry on from round %llu's model",
+       static_cast<unsigned long long>(flight_.pushed().round + 1), steps_done_,
+       static_cast<unsigned long long>(pub_.round()));
   return true;
 }
 
@@ -416,13 +431,13 @@ WorkerSession::Trained WorkerSession::Train(uint64_t r, bool continuing) {
     // Reported with the next heartbeat, before any push counts: a worker too slow for any
     // push to count is still told fewer steps (--adaptive_h).
     core_.Count([&](WorkerStats& st) { st.inner_step_seconds = busy_s / steps; });
-    step_start = std::chrono::steady_clock::now();
     steps_done_ = steps;
     progress.AfterStep(steps);
     if (flight_.Due(steps, o_.overlap_steps)) {
       t.keep = Land();  // the update arrived mid-round: rebase now
       if (!t.keep.ok() || !*t.keep) return false;
     }
+    step_start = std::chrono::steady_clock::now();  // a landing is not a step's time
     if (steps < round_steps_ && steps >= core_.InnerSteps()) {  // told fewer steps mid-round: push what is done
       round_steps_ = steps;
       return false;

@@ -4,8 +4,11 @@ its pushes are merged later with their staleness in the server's log, it contrib
 rounds than the others, and every worker ends on the server's final model bit for bit. A
 worker killed with SIGKILL mid-run: the rounds after its death close as fast as before (no
 round waits for it, though the heartbeat timeout would take 30 s to evict it); started again,
-it joins, contributes and ends on the server's model too."""
+it joins, contributes and ends on the server's model too. A worker stopped (SIGSTOP) until its
+replica is too stale: its push is refused, and the steps it trained since carry on from the
+fetched model."""
 import re
+import signal
 import time
 import unittest
 
@@ -59,6 +62,26 @@ class Async(ClusterTest):
         again = self.start_worker(addr, "--name=victim", f"--save_final={self.path('victim.bin')}", name="again")
         self.finish(server, [*workers, again], [*names, "victim"])
         self.assertGreaterEqual(len(SETTLED.findall(again.text())), 1, again.text()[-3000:])
+
+    def test_a_stalled_worker_keeps_its_training_past_a_refused_push(self):
+        server, addr = self.start_server(*ASYNC, "--rounds=60", "--max_staleness=1",
+                                         f"--save_final={self.path('server.bin')}")
+        names = ["w0", "w1", "sleeper"]
+        workers = [self.start_worker(addr, f"--name={n}", f"--save_final={self.path(n + '.bin')}", name=n)
+                   for n in names]
+        sleeper = workers[2]
+        self.wait_for(server, r"round 3 closed", 120)
+        sleeper.p.send_signal(signal.SIGSTOP)
+        after = max(int(r) for r in re.findall(r"round (\d+) closed", server.text())) + 4
+        self.wait_for(server, rf"round {after} closed", 60)  # its replica is now over 1 version behind
+        sleeper.p.send_signal(signal.SIGCONT)
+        # Its next push is refused as too stale; the steps trained since move onto the fetched
+        # model (before, they were dropped with the push), and its later pushes count.
+        carried = self.wait_for(sleeper, r"the (\d+) steps trained since the lost push carry on", 60)
+        self.finish(server, workers, names)
+        later = sleeper.text()[sleeper.text().index(carried.group(0)):]
+        self.assertGreaterEqual(len(SETTLED.findall(later)), 1, later[-3000:])
+        self.assertIn("versions behind round", sleeper.text())
 
 
 if __name__ == "__main__":
