@@ -10,10 +10,10 @@ failure one of kill -9 (restarted after the downtime), SIGSTOP (SIGCONT after it
 link (restored after it), the downtime uniform in [0.5, 1.5] rounds.
 
 Reported per run: goodput (inner steps merged into the model / inner steps the workers could
-have computed in the wall time, each at its own speed measured in that run; also over the
-time each worker was up), the time to reach the failure-free sync run's final validation
-loss, the validation loss at equal merged tokens against the same mode's failure-free run,
-and the longest wait between two round closes. Writes OUT/chaos.txt, chaos.json and, with
+have computed in the wall time, each at its own mean speed in that run's rounds that no stall
+touched; also over the time each worker was up, and where that time went), the time to reach
+the failure-free sync run's final validation loss, the validation loss at equal merged tokens
+against the same mode's failure-free run, and the longest wait between two round closes. Writes OUT/chaos.txt, chaos.json and, with
 gnuplot, chaos.png.
 
   bench/chaos.py [--build build] [--slowdowns 1,1,2,4] [--inner_steps 200] [--duration 150]
@@ -43,7 +43,8 @@ from harness import Proxy
 STAMP = r"^(\S+) \w+ "
 CLOSE_RE = re.compile(STAMP + r"\[server\] round (\d+) closed: (\d+) contributors.*?; (\d+) inner steps merged", re.M)
 EVAL_RE = re.compile(STAMP + r"\[worker \S+\] eval: round (\d+) val_loss ([\d.]+)", re.M)
-TRAINED_RE = re.compile(r"trained ([\d.]+) s, waited [\d.]+ s, checksum \w+ ok(?: \((\d+) of \d+ inner steps\))?")
+TRAINED_RE = re.compile(STAMP + r"\[worker \S+\] round \d+: train_loss.*?trained ([\d.]+) s, waited [\d.]+ s, "
+                        r"checksum \w+ ok(?: \((\d+) of \d+ inner steps\))?", re.M)
 
 
 def schedule(a, names, round_s):
@@ -109,10 +110,26 @@ def run(a, mode, events, logdir):
         cluster.kill()
         for p in proxies.values():
             p.cut()
-    return measure(a, cluster, names, t0, downtime)
+    stalls = {n: [(t, t + d) for t, m, kind, d in events if m == n and kind == "stall"] for n in names}
+    return measure(a, cluster, names, t0, downtime, stalls)
 
 
-def measure(a, cluster, names, t0, downtime):
+def seconds_per_step(rounds, stalls):
+    """A worker's mean seconds per step (its trained seconds over its steps) in the rounds no
+    stall touched: [(when the round's line was logged, trained s, steps)], [(stall start, end)].
+    A round's line is logged when its update lands, at most a round after its training ended
+    (the exchange flies beside the next round), so one logged before a stall began or more than
+    two rounds after it ended was trained outside it. The mean, not the median: step times on
+    a loaded machine skew long, and the median made the capacity too high."""
+    if not rounds:
+        return None
+    typical = statistics.median(s for _, s, _ in rounds)
+    clean = [(s, k) for t, s, k in rounds if not any(a <= t <= b + 2 * typical + (b - a) for a, b in stalls)]
+    clean = clean or [(s, k) for _, s, k in rounds]
+    return sum(s for s, _ in clean) / sum(k for _, k in clean)
+
+
+def measure(a, cluster, names, t0, downtime, stalls):
     server = open(cluster.log("server")).read()
     closes = [(stamp(ts) - t0, int(r), int(steps)) for ts, r, _, steps in CLOSE_RE.findall(server)]
     closes = [c for c in closes if c[0] <= a.duration]
@@ -121,17 +138,19 @@ def measure(a, cluster, names, t0, downtime):
         merged += steps
         cum[r + 1] = merged  # the model of round r + 1 holds this many merged steps
     evals = {}
-    step_s = {}
+    step_s, landed = {}, 0
     for n in names:
         text = open(cluster.log(n)).read()
         for ts, r, v in EVAL_RE.findall(text):
             t = stamp(ts) - t0
             if t <= a.duration and (int(r) not in evals or t < evals[int(r)][0]):
                 evals[int(r)] = (t, float(v))
-        per_step = [float(s) / int(k or a.inner_steps) for s, k in TRAINED_RE.findall(text)]
-        step_s[n] = statistics.median(per_step) if per_step else None
+        rounds = [(stamp(ts) - t0, float(s), int(k or a.inner_steps)) for ts, s, k in TRAINED_RE.findall(text)]
+        rounds = [r for r in rounds if r[0] <= a.duration]
+        step_s[n] = seconds_per_step(rounds, stalls[n])
+        landed += sum(k for _, _, k in rounds)
     gaps = [b[0] - a_[0] for a_, b in zip(closes, closes[1:])]
-    return {"closes": len(closes), "merged_steps": merged, "step_s": step_s, "downtime": downtime,
+    return {"closes": len(closes), "merged_steps": merged, "landed_steps": landed, "step_s": step_s, "downtime": downtime,
             "evals": sorted((r, t, v, cum.get(r, 0)) for r, (t, v) in evals.items()),
             "longest_wait_s": max(gaps) if gaps else None}
 
@@ -182,11 +201,18 @@ def report(a, runs, out):
                "goodput_up": r["merged_steps"] / up, "time_to_target_s": reached, "loss_at_equal_tokens": loss,
                "vs_failure_free": loss / ref_loss - 1 if loss and ref_loss else None,
                "longest_wait_s": r["longest_wait_s"]}
+        row["landed_share_up"] = r["landed_steps"] / up  # steps trained in rounds whose exchange ended well
+        row["merged_share_landed"] = r["merged_steps"] / max(1, r["landed_steps"])
         table[key] = row
         lines.append(f"| {key} | {row['rounds']} | {row['merged_steps']} | {100 * row['goodput']:.1f}% | "
                      f"{100 * row['goodput_up']:.1f}% | {'%.1f s' % reached if reached else 'not reached'} | "
                      f"{fmt(loss, '%.4f')} | {fmt(row['vs_failure_free'], '%+.2f%%', 100)} | "
                      f"{fmt(row['longest_wait_s'], '%.2f s')} |")
+    lines.append("\nwhere the up time went (goodput over up time = the first share x the second): " + "; ".join(
+        f"{k}: the rounds that landed hold {100 * t['landed_share_up']:.1f}% of the steps the workers could take "
+        f"while up (the rest: restarts, waits, rounds lost to kills or refused), the model merged "
+        f"{100 * t['merged_share_landed']:.1f}% as many" for k, t in table.items() if k.endswith("chaos"))
+        + " (over 100%: pushes merged whose worker died before their update landed)")
     lines.append(f"\nthe target: the failure-free sync run's final validation loss, {target:.4f} (mean of its last three "
                  "evaluations; a run reaches it when the mean of its last three does)")
     text = "\n".join(lines)

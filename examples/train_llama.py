@@ -158,8 +158,9 @@ def main():
         print(f"joined at round {worker.round}: {sum(p.numel() for p in model.parameters())} parameters", flush=True)
         while not worker.done:
             start, losses = time.time(), []
-            for i in range(worker.inner_steps):
-                worker.set_lr(worker.round * worker.inner_steps + i)
+            steps = worker.inner_steps  # H, or fewer when the server says so: read once a round
+            for i in range(steps):
+                worker.set_lr(worker.round * worker.config["inner_steps"] + i)
                 loss = model(*batch(train, args.batch_size, args.context, gen))
                 for opt in optimizers:
                     opt.zero_grad()
@@ -169,7 +170,7 @@ def main():
                     opt.step()
                 losses.append(loss.item())
             r = worker.round
-            out = worker.sync(loss=sum(losses) / len(losses), tokens=worker.inner_steps * args.batch_size * args.context,
+            out = worker.sync(loss=sum(losses) / len(losses), tokens=steps * args.batch_size * args.context,
                               train_seconds=time.time() - start)
             print(f"round {r} train_loss {sum(losses) / len(losses):.4f} val_loss {evaluate(model, val, args.context):.4f}"
                   f" applied {out['applied']} contributors {out['contributors']}", flush=True)

@@ -24,12 +24,15 @@ class SiteWorker:
             self.worker = Worker(model, server, **worker_args)
         state = [self.worker.config if self.worker else None, self._round_done()]
         dist.broadcast_object_list(state, src=self._src(), group=group)
-        self.config, (self.round, self.done, self._factors) = state
+        self.config, (self.round, self.done, self._steps, self._factors) = state
         self._broadcast_model()
 
     @property
     def inner_steps(self):
-        return self.config["inner_steps"]
+        """The inner steps to take before the next sync: the run's H, or fewer when the server
+        runs --adaptive_h and this site is slower than the others (rank 0's Worker.inner_steps,
+        read once a round and sent to every rank with the model)."""
+        return self._steps
 
     def sync(self, loss=0.0, tokens=0):
         """Ends the round on every rank: rank 0 pushes and waits (the others wait for it), then
@@ -42,7 +45,7 @@ class SiteWorker:
             out[0] = self.worker.sync(loss=total[1].item() / size, tokens=int(total[0].item()))
         state = [out[0], self._round_done()]
         dist.broadcast_object_list(state, src=self._src(), group=self.group)
-        out[0], (self.round, self.done, self._factors) = state
+        out[0], (self.round, self.done, self._steps, self._factors) = state
         self._broadcast_model()
         return out[0]
 
@@ -62,13 +65,14 @@ class SiteWorker:
     def lr_factor(self, step):
         """The run's inner schedule at global inner step `step` of the round being trained
         (round * H + i), as Worker.lr_factor: rank 0 sends the round's factors with the model."""
-        return self._factors[step - self.round * self.inner_steps]
+        return self._factors[step - self.round * self.config["inner_steps"]]
 
     def _round_done(self):
         if not self.worker:
-            return None, None, None
+            return None, None, None, None
         w = self.worker
-        return w.round, w.done, [w.lr_factor(w.round * w.inner_steps + i) for i in range(w.inner_steps)]
+        steps, h = w.inner_steps, w.config["inner_steps"]  # the steps told; what the next sync() claims
+        return w.round, w.done, steps, [w.lr_factor(w.round * h + i) for i in range(steps)]
 
     def _broadcast_model(self):
         with torch.no_grad():

@@ -81,9 +81,10 @@ def main():
         sync_s = []  # wall time of each sync(): the outer step as the loop sees it
         while not worker.done:
             losses = []
-            for i in range(worker.inner_steps):
+            steps = worker.inner_steps  # read once a round: sync() claims the value read last
+            for i in range(steps):
                 for g in opt.param_groups:
-                    g["lr"] = c["inner_lr"] * worker.lr_factor(worker.round * worker.inner_steps + i)
+                    g["lr"] = c["inner_lr"] * worker.lr_factor(worker.round * c["inner_steps"] + i)
                 x, y = batch(data, c["batch_size"], args.context, gen)
                 loss = gpt_loss(model.P, cfg, torch.cat([x, y[:, -1:]], dim=1))
                 opt.zero_grad()
@@ -98,7 +99,7 @@ def main():
                 if overlap and worker.after_step():
                     print(f"rank {rank} landed round {worker.round - 1} after step {i + 1}", flush=True)
             t0 = time.perf_counter()
-            out = worker.sync(loss=sum(losses) / len(losses), tokens=worker.inner_steps * c["batch_size"] * args.context)
+            out = worker.sync(loss=sum(losses) / len(losses), tokens=steps * c["batch_size"] * args.context)
             sync_s.append(time.perf_counter() - t0)
             print(f"rank {rank} round {out['round'] - 1} train_loss {sum(losses) / len(losses):.4f} "
                   f"applied {out['applied']} checksum {checksum(model):016x}", flush=True)
