@@ -44,7 +44,7 @@ STAMP = r"^(\S+) \w+ "
 CLOSE_RE = re.compile(STAMP + r"\[server\] round (\d+) closed: (\d+) contributors.*?; (\d+) inner steps merged", re.M)
 EVAL_RE = re.compile(STAMP + r"\[worker \S+\] eval: round (\d+) val_loss ([\d.]+)", re.M)
 TRAINED_RE = re.compile(STAMP + r"\[worker \S+\] round \d+: train_loss.*?trained ([\d.]+) s, waited [\d.]+ s, "
-                        r"checksum \w+ ok(?: \((\d+) of \d+ inner steps\))?", re.M)
+                        r"checksum \w+ ok(?: \((\d+) of \d+ inner steps\))?(?: \(\+(\d+) steps while)?", re.M)
 
 
 def schedule(a, names, round_s):
@@ -145,7 +145,8 @@ def measure(a, cluster, names, t0, downtime, stalls):
             t = stamp(ts) - t0
             if t <= a.duration and (int(r) not in evals or t < evals[int(r)][0]):
                 evals[int(r)] = (t, float(v))
-        rounds = [(stamp(ts) - t0, float(s), int(k or a.inner_steps)) for ts, s, k in TRAINED_RE.findall(text)]
+        rounds = [(stamp(ts) - t0, float(s), int(k or a.inner_steps) + int(extra or 0))  # the steps it trained
+                  for ts, s, k, extra in TRAINED_RE.findall(text)]
         rounds = [r for r in rounds if r[0] <= a.duration]
         step_s[n] = seconds_per_step(rounds, stalls[n])
         landed += sum(k for _, _, k in rounds)

@@ -230,7 +230,7 @@ absl::StatusOr<bool> WorkerCore::Settle(const Exchanged& x, const PushedRound& p
     st.tokens += p.tokens;
     st.train_loss = p.train_loss;
     st.ef_residual_norm = uplink_->ResidualNorm();
-    st.inner_step_seconds = p.train_s / p.steps;
+    st.inner_step_seconds = p.train_s / (p.steps + p.extra);
     st.tokens_per_second = p.train_s > 0 ? p.tokens / p.train_s : 0;
     st.wait_seconds = wait_s;
   });
@@ -242,7 +242,9 @@ absl::StatusOr<bool> WorkerCore::Settle(const Exchanged& x, const PushedRound& p
        r, p.train_loss, p.payload_bytes, SizeNote(p.payload_bytes, 1, n_).c_str(), u.payload.size(),
        SizeNote(u.payload.size(), 1, n_).c_str(), u.contributors, p.train_s, wait_s,
        static_cast<unsigned long long>(pub_.checksum()),
-       short_round ? absl::StrFormat(" (%u of %u inner steps)", p.steps, config_.inner_steps()).c_str() : "");
+       absl::StrCat(short_round ? absl::StrFormat(" (%u of %u inner steps)", p.steps, config_.inner_steps()) : "",
+                    p.extra ? absl::StrFormat(" (+%u steps while the last push was in the air)", p.extra) : "")
+           .c_str());
   return true;
 }
 

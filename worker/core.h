@@ -33,8 +33,9 @@ struct PushedRound {
   uint64_t round = 0;
   size_t payload_bytes = 0;
   double train_loss = 0, train_s = 0;
-  uint32_t steps = 1;   // inner steps it trained
-  uint64_t tokens = 0;  // training tokens it processed
+  uint32_t steps = 1;   // inner steps it claims: what it was told to train (else H)
+  uint64_t tokens = 0;  // training tokens it claims
+  uint32_t extra = 0;   // async: steps trained past `steps` while the last push was in the air (unclaimed)
 };
 
 // What became of one round's push and wait (WorkerCore::Exchange).

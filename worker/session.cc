@@ -423,6 +423,9 @@ WorkerSession::Trained WorkerSession::Train(uint64_t r, bool continuing) {
   RoundProgress progress(tag_, o_.progress_s, r, round_steps_, tokens_per_step_);
   auto step_start = train_start;
   double busy_s = 0;  // stepping (and --slowdown's naps), not landing a flight
+  // Async: rather than wait for the last push's round to close, train on (at most as many
+  // steps again; the steps past the tell are not claimed).
+  const bool train_on = continuing && KindsOf(config_).async;
   auto after_step = [&](uint32_t steps) {
     const auto now = std::chrono::steady_clock::now();
     inner_steps_.Observe(Seconds(now - step_start));
@@ -442,13 +445,14 @@ WorkerSession::Trained WorkerSession::Train(uint64_t r, bool continuing) {
       round_steps_ = steps;
       return false;
     }
+    if (steps >= round_steps_ && !(train_on && flight_.active())) return false;
     return !Stopping();
   };
   if (signmuon_) {
     t.loss = trainer_->SignDirection(pub_.params().data());
     inner_steps_.Observe(Seconds(std::chrono::steady_clock::now() - train_start));
   } else if (continuing) {
-    t.loss = trainer_->TrainSteps(r * config_.inner_steps(), round_steps_, after_step);
+    t.loss = trainer_->TrainSteps(r * config_.inner_steps(), train_on ? 2 * round_steps_ : round_steps_, after_step);
   } else {  // θ_pub in, H steps, Δ out: the copies are timed as part of the outer step
     trainer_->SetParams(pub_.params().data());
     t.copy_seconds = Seconds(std::chrono::steady_clock::now() - train_start);
@@ -490,7 +494,13 @@ absl::Status WorkerSession::Push(uint64_t r, const Trained& t) {
   absl::StatusOr<std::string> encoded = core_.uplink().Encode(trainer_->delta().data(), r);
   if (!encoded.ok()) return encoded.status();  // the device failed mid-run
   std::string payload = *std::move(encoded);
-  const PushedRound pushed{r, payload.size(), t.loss, t.seconds, round_steps_, round_steps_ * tokens_per_step_};
+  const PushedRound pushed{r,
+                           payload.size(),
+                           t.loss,
+                           t.seconds,
+                           round_steps_,
+                           round_steps_ * tokens_per_step_,
+                           steps_done_ > round_steps_ ? steps_done_ - round_steps_ : 0};
   if (overlap_) {  // train the next round while this one is pushed, aggregated and sent back
     trainer_->MarkPush();
     flight_.Launch(&core_, pushed, std::move(payload));

@@ -4,7 +4,8 @@ its pushes are merged later with their staleness in the server's log, it contrib
 rounds than the others, and every worker ends on the server's final model bit for bit. A
 worker killed with SIGKILL mid-run: the rounds after its death close as fast as before (no
 round waits for it, though the heartbeat timeout would take 30 s to evict it); started again,
-it joins, contributes and ends on the server's model too. A worker stopped (SIGSTOP) until its
+it joins, contributes and ends on the server's model too. A fast worker whose round waits for the quorum trains on instead of waiting (the steps past
+its tell unclaimed). A worker stopped (SIGSTOP) until its
 replica is too stale: its push is refused, and the steps it trained since carry on from the
 fetched model."""
 import re
@@ -45,6 +46,18 @@ class Async(ClusterTest):
         self.assertGreater(min(counted["fast0"], counted["fast1"]), 1.5 * counted["slow"])
         self.assertNotIn("straggler", server.text())
         self.assertIn("(async)", workers[0].text())  # the run's mode, from the server's config
+
+    def test_a_fast_worker_trains_on_while_its_round_waits_for_the_quorum(self):
+        server, addr = self.start_server(*ASYNC, "--rounds=8", f"--save_final={self.path('server.bin')}")
+        names = ["fast", "slow"]  # --min_quorum=2: every round waits for the slow worker's push
+        workers = [self.start_worker(addr, f"--name={n}", f"--save_final={self.path(n + '.bin')}",
+                                     *(["--slowdown=4"] if n == "slow" else []), name=n) for n in names]
+        self.finish(server, workers, names)
+        extra = [int(x) for x in re.findall(r"\(\+(\d+) steps while the last push was in the air\)", workers[0].text())]
+        print(f"steps the fast worker trained on while its push waited, per round: {extra}")
+        self.assertGreaterEqual(len(extra), 2, workers[0].text()[-3000:])
+        self.assertTrue(all(0 < x <= 10 for x in extra), extra)  # at most as many steps again as told (H = 10)
+        self.assertNotIn("told at most", server.text())  # unclaimed: no claim over the cap
 
     def test_a_killed_worker_holds_no_round_and_comes_back(self):
         server, addr = self.start_server(*ASYNC, "--rounds=60", f"--save_final={self.path('server.bin')}")
