@@ -403,7 +403,7 @@ void RoundEngine::RecordScreeningLocked(const std::vector<std::string>& keys, co
   }
 }
 
-size_t RoundEngine::AggregateLocked(std::map<uint64_t, std::vector<LandedRange>>* landed) {
+size_t RoundEngine::AggregateLocked(std::map<uint64_t, std::vector<LandedRange>>* landed, size_t* merged) {
   // Participants in key order, each one's sessions in id order: a fixed order, so the same
   // pushes give the same bits however they arrived.
   std::map<std::string, std::vector<const Pending*>> by_key;
@@ -433,9 +433,11 @@ size_t RoundEngine::AggregateLocked(std::map<uint64_t, std::vector<LandedRange>>
   const std::vector<Verdict> verdicts = aggregator_.Aggregate(in, sum_.data());
   RecordScreeningLocked(keys, in, verdicts);
   size_t counted = 0;
+  *merged = 0;
   const std::vector<ScreenChunk>& chunks = aggregator_.chunks();
   for (size_t i = 0; i < verdicts.size(); ++i) {
     counted += verdicts[i].weight > 0;
+    if (verdicts[i].weight > 0) *merged += by_key[keys[i]].size();
     std::vector<LandedRange> ranges;
     for (size_t c = 0; c < chunks.size(); ++c) {
       if (verdicts[i].landed[c] < 1.0f) ranges.push_back(LandedRange{chunks[c].offset, chunks[c].numel, verdicts[i].landed[c]});
@@ -500,7 +502,7 @@ size_t RoundEngine::TallyVotesLocked() {
   return contributors;
 }
 
-std::string RoundEngine::CloseNoteLocked(double share) const {
+std::string RoundEngine::CloseNoteLocked() const {
   std::string note;
   if (options_.async.enabled) {
     uint64_t stale = 0, lag = 0;
@@ -514,18 +516,19 @@ std::string RoundEngine::CloseNoteLocked(double share) const {
     for (const Pending& p : pending_) steps += p.steps;
     absl::StrAppendFormat(&note, "; %llu inner steps merged", static_cast<unsigned long long>(steps));
   }
-  if (share < 1) absl::StrAppendFormat(&note, "; step x%.2f", share);
   return note;
 }
 
 void RoundEngine::CloseRoundLocked() {
   const auto close_start = std::chrono::steady_clock::now();
-  const double share = options_.async.enabled && options_.async.partial_steps ? MergedShareLocked() : 1.0;
-  const std::string note = CloseNoteLocked(share);
+  std::string note = CloseNoteLocked();
   auto landed = std::make_shared<std::map<uint64_t, std::vector<LandedRange>>>();
   // sum_ = the vote's sign, or the screened mean pseudo-gradient
+  size_t merged = pending_.size();  // pushes that screening left in
   const size_t contributors =
-      options_.aggregation == Aggregation::kVote ? TallyVotesLocked() : AggregateLocked(landed.get());
+      options_.aggregation == Aggregation::kVote ? TallyVotesLocked() : AggregateLocked(landed.get(), &merged);
+  const double share = options_.async.enabled && options_.async.partial_steps ? MergedShareLocked(merged) : 1.0;
+  if (share < 1) absl::StrAppendFormat(&note, "; step x%.2f", share);
   ScaleSumLocked(static_cast<float>(share));
   outer_.Step(theta_true_.data(), sum_.data(), num_params_);
   auto payload = PublishLocked();
@@ -623,12 +626,12 @@ void RoundEngine::ScaleSumLocked(float s) {
   for (float& g : sum_) g *= s;
 }
 
-double RoundEngine::MergedShareLocked() const {
+double RoundEngine::MergedShareLocked(size_t merged) const {
   size_t active = 0;  // sessions that pushed within the last max_staleness + 1 rounds (this one included)
   for (const auto& [id, m] : members_) {
     active += m.next_round > 0 && m.next_round + options_.async.max_staleness >= open_round_;
   }
-  return std::min(1.0, static_cast<double>(pending_.size()) / std::max<size_t>(1, active));
+  return std::min(1.0, static_cast<double>(merged) / std::max<size_t>(1, active));
 }
 
 uint64_t RoundEngine::OpenRound() const {

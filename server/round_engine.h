@@ -115,8 +115,8 @@ struct AsyncOptions {
   double grace_factor = 2;        // x the median gap between the latest pushes
   size_t gap_samples = 16;        // the latest gaps kept
   double staleness_power = 0.5;   // a push s versions behind weighs (1 + s)^-power
-  // An outer step scales by the share of a full round it merged: its pushes over the
-  // sessions that pushed within the last max_staleness + 1 rounds, at most 1 (rounds of a
+  // An outer step scales by the share of a full round it merged: its pushes (those screening
+  // left in) over the sessions that pushed within the last max_staleness + 1 rounds, at most 1 (rounds of a
   // few pushes would otherwise move the model as far as a round of every worker's; counting
   // pushes, not steps: a short push's pseudo-gradient is already that much smaller).
   bool partial_steps = true;
@@ -365,8 +365,10 @@ class RoundEngine {
   // A push for `round` from a participant one round late: proves it (once its backoff passed).
   absl::Status LatePushLocked(Member& m, uint64_t round, const std::function<absl::Status(int32_t*)>& validate)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Aggregates the held pushes into sum_ (the mean); returns how many participants counted.
-  size_t AggregateLocked(std::map<uint64_t, std::vector<LandedRange>>* landed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Aggregates the held pushes into sum_ (the mean); returns how many participants counted,
+  // and in *merged how many pushes (those of participants screening did not weigh 0).
+  size_t AggregateLocked(std::map<uint64_t, std::vector<LandedRange>>* landed, size_t* merged)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a round's verdicts in the stats and, when any update did not count in full, logs them.
   // A verdict's share is of its contribution's weight (token and staleness weighting are not screening).
   void RecordScreeningLocked(const std::vector<std::string>& keys, const std::vector<Contribution>& in,
@@ -376,13 +378,13 @@ class RoundEngine {
   size_t ExpectedInLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // θ_pub += decode(C(θ_true − θ_pub)); returns the payload.
   std::shared_ptr<const std::string> PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // What a close's log line adds: the held pushes' staleness (async), inner steps and step share.
-  std::string CloseNoteLocked(double share) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a close's log line adds: the held pushes' staleness (async) and inner steps.
+  std::string CloseNoteLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // sum_ *= s (the outer gradient before the step); nothing at 1.
   void ScaleSumLocked(float s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Async: the share of a full round the held pushes make (see AsyncOptions::partial_steps):
-  // its pushes over the sessions that pushed within max_staleness + 1 rounds, at most 1.
-  double MergedShareLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Async: the share of a full round the round merged (see AsyncOptions::partial_steps): its
+  // `merged` pushes over the sessions that pushed within max_staleness + 1 rounds, at most 1.
+  double MergedShareLocked(size_t merged) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a close: who missed, who is expected in the next round.
   void OpenNextRoundLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

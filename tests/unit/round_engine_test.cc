@@ -833,5 +833,31 @@ TEST(RoundEngine, AsyncScalesAStepByTheShareOfARoundItMerged) {
   for (float v : *f.engine.Snapshot().params) EXPECT_FLOAT_EQ(v, 0.0f - 0.5f * 2.0f);
 }
 
+// A push that screening leaves out is not merged work: a round of three pushes, one of them
+// opposed to the others, steps by 2 / 4 of their mean (it stepped by 3 / 4 on two pushes).
+TEST(RoundEngine, AsyncShareCountsOnlyThePushesScreeningLeftIn) {
+  EngineOptions o = AsyncOptionsForTest();
+  o.async.partial_steps = true;
+  o.screen = Fixture::Defaults().screen;
+  Fixture f(o, 4);
+  std::vector<RoundEngine::Joined> w;
+  for (const char* name : {"a", "b", "c", "evil"}) w.push_back(f.engine.Join(name));
+  for (size_t i = 0; i < 4; ++i) ASSERT_TRUE(f.engine.Push(w[i].worker_id, 0, DensePayload({0, 0, 0, 1})).ok());
+  f.clock.Advance(1.0);
+  f.engine.Tick();
+  ASSERT_EQ(f.engine.OpenRound(), 1u);  // all four pushed: each is active
+  const std::vector<float> before = *f.engine.Snapshot().params;
+  ASSERT_TRUE(f.engine.Push(w[0].worker_id, 1, DensePayload({1, 0.2f, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(w[1].worker_id, 1, DensePayload({1, -0.2f, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(w[3].worker_id, 1, DensePayload({-1.2f, 0, 0, 0})).ok());
+  f.clock.Advance(1.0);
+  f.engine.Tick();
+  ASSERT_EQ(f.engine.OpenRound(), 2u);
+  EXPECT_EQ(f.engine.Stats().screened.at("evil").rejected, 1u);
+  const std::vector<float> p = *f.engine.Snapshot().params;
+  EXPECT_FLOAT_EQ(p[0], before[0] - 0.5f * 1.0f);  // the mean of a and b, by 2 pushes of 4
+  EXPECT_FLOAT_EQ(p[1], before[1]);
+}
+
 }  // namespace
 }  // namespace muloco
