@@ -104,9 +104,11 @@ uint32_t RoundEngine::TellInnerSteps(uint64_t worker_id) {
   if (it == members_.end()) return 0;
   Member& m = it->second;
   const uint32_t steps = StepsForLocked(m);
-  if (steps != m.told) {
+  const uint32_t last = m.told_logged;
+  if (steps != last && (steps == options_.inner_steps || 10 * (steps > last ? steps - last : last - steps) >= last)) {
     Logf("server", "worker %llu (%s): %u inner steps a round (was %u; %.3f s a step, pace %.3f s)",
-         static_cast<unsigned long long>(worker_id), m.name.c_str(), steps, m.told, m.stats.inner_step_seconds, pace_);
+         static_cast<unsigned long long>(worker_id), m.name.c_str(), steps, last, m.stats.inner_step_seconds, pace_);
+    m.told_logged = steps;
   }
   m.told = steps;
   m.told_since_push = std::max(m.told_since_push, steps);

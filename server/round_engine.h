@@ -304,6 +304,7 @@ class RoundEngine {
     uint64_t next_round = 0;  // the round after its last accepted push
     uint64_t next_base = 0;   // async: the version after its last accepted push's (older: a duplicate)
     uint32_t told = 0;        // the latest tell of inner steps
+    uint32_t told_logged = 0; // the latest tell logged (a tell moving by under 10% is not)
     // The most it held since its last accepted push: the tell it held then and every tell
     // since (a round starts when the push before it leaves, before that push is accepted).
     uint32_t told_since_push = 0;
