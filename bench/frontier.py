@@ -167,6 +167,8 @@ def run_method(a, name, flags, logdir):
         flags.append(f"--warmup_steps={a.warmup_steps}")
     flags += [f"--eval_batches={a.eval_batches}", *a.extra]
     port_file = os.path.join(logdir, "port")
+    if os.path.exists(port_file):
+        os.remove(port_file)  # an interrupted run's port must not be read as this one's
     server_log = os.path.join(logdir, "server.log")
     procs = []
     t0 = time.time()

@@ -35,11 +35,12 @@ constexpr Preset kPresets[] = {
     // 0.4 / 0.6 / 0.8 gave 2.5111 / 2.5050 / 2.4988, within the seeds' spread, and outer lr
     // 0.5 / 0.7 / 1.0 2.5238 / 2.5050 / 2.5393). Muon's weight decay is 0 by the same sweep
     // (MuLoCo: 1e-4).
-    // A constant inner lr after warmup (floor 1.0) by the stop-23 sweep: cosine floors 0.1 /
-    // 0.7 / 1.0 gave 2.5589 / 2.5163 / 2.5050 on 10 rounds and 2.2345 / 2.1767 / 2.1711 on 30;
-    // inner lr 2e-3 and 5e-3 were worse, at floors 0.7 and 1.0.
+    // A constant inner lr after warmup (floor 1.0) by a sweep (0e4dc26; bench/README.md, "The
+    // sweeps behind the presets"): cosine floors 0.1 / 0.7 / 1.0 gave 2.5589 / 2.5163 / 2.5050 on
+    // 10 rounds and 2.2345 / 2.1767 / 2.1711 on 30; inner lr 2e-3 and 5e-3 were worse, at floors
+    // 0.7 and 1.0.
     {"diloco", nullptr, R"pb(inner_min_lr_ratio: 1.0)pb"},
-    // The MuLoCo presets (this one and those over it): inner schedule and outer lr by the stop-22
+    // The MuLoCo presets (this one and those over it): inner schedule and outer lr by a
     // sweep (bench/README.md): Muon lr 0.03 (0.02 before) and a cosine floor of 0.7 (0.1), outer
     // lr 0.7 (1.0). Dense MuLoCo went from 2.4005 to 2.3042 on 10 rounds and from 2.0004 to
     // 1.9579 on 30; a floor of 1.0 or Muon lr 0.04 do better on 10 rounds and worse on 30, so
@@ -66,7 +67,7 @@ constexpr Preset kPresets[] = {
     // Sign steps move |dW| = outer_lr x the inner schedule per coordinate, after the inner
     // optimizer's decoupled decay (run_server.cc); momentum lives in each worker's Muon.
     // lr 6e-3 by the sweep (3e-3 / 6e-3 / 1e-2: 2.2661 / 2.1668 / 2.2074). The base's cosine floor
-    // 0.1 by the stop-23 sweep: 0.4 gave 2.1330 against 2.1636 on 10 rounds, 1.9046 against
+    // 0.1 by a sweep (918151b): 0.4 gave 2.1330 against 2.1636 on 10 rounds, 1.9046 against
     // 1.8846 on 30.
     {"signmuon", nullptr,
      R"pb(mode: "signmuon" inner_optimizer: "muon" inner_steps: 1 total_rounds: 200 warmup_steps: 10

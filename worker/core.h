@@ -108,6 +108,7 @@ class WorkerCore {
   const ParamLayout& layout() const { return layout_; }  // the run's, with the server's groups
   size_t num_params() const { return n_; }
   uint64_t joined_round() const { return joined_round_; }
+  uint64_t max_staleness() const { return max_staleness_.load(); }  // the run's (async; else 0)
   uint64_t joined_checksum() const { return joined_checksum_; }
   Replica& pub() { return pub_; }
   const Replica& pub() const { return pub_; }

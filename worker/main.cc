@@ -72,6 +72,12 @@ ABSL_FLAG(std::string, dtype, "fp32", "Forward/backward precision: fp32, or bf16
 ABSL_FLAG(double, slowdown, 1,
           "Throttle for tests and benches: after each inner step sleep (slowdown - 1) x its time (a worker this many "
           "times slower)");
+ABSL_FLAG(std::string, state_file, "",
+          "Save this worker's local training (parameters, optimizer state, its progress since the last push) to "
+          "this file every --state_every_s; a worker restarted after a crash resumes the steps saved there, "
+          "rebased onto the server's current model (async runs; a synchronous run only within the same round). "
+          "One file per worker; removed when the run ends");
+ABSL_FLAG(double, state_every_s, 30, "--state_file: seconds between saves (a crash loses at most this much training)");
 ABSL_FLAG(double, progress_s, 30, "Log a progress line this often while a round trains (0: never)");
 ABSL_FLAG(bool, init_from_seed, true,
           "Joining a fresh run (round 0): build the initial model from the run's init_seed instead of fetching it, "
@@ -141,6 +147,9 @@ absl::StatusOr<muloco::WorkerOptions> OptionsFromFlags() {
   o.overlap_steps = absl::GetFlag(FLAGS_overlap_steps);
   o.slowdown = absl::GetFlag(FLAGS_slowdown);
   if (!(o.slowdown >= 1)) return absl::InvalidArgumentError("--slowdown must be at least 1");
+  o.state_file = absl::GetFlag(FLAGS_state_file);
+  o.state_every_s = absl::GetFlag(FLAGS_state_every_s);
+  if (!(o.state_every_s > 0)) return absl::InvalidArgumentError("--state_every_s must be positive");
   std::string note;
   absl::StatusOr<ComputeDevice> device = ResolveDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_dtype), &note);
   if (!device.ok()) return device.status();

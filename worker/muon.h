@@ -43,6 +43,8 @@ class Muon {
   torch::Tensor Direction(size_t i);
 
   const std::vector<torch::Tensor>& params() const { return params_; }
+  // Each param's momentum buffer (saved and restored with a worker's local state).
+  std::vector<torch::Tensor>& momentum() { return momentum_; }
 
  private:
   std::vector<torch::Tensor> params_;

@@ -39,6 +39,7 @@
 #include "worker/core.h"
 #include "worker/data.h"
 #include "worker/evaluate.h"
+#include "worker/local_state.h"
 #include "worker/replica.h"
 #include "worker/retry.h"
 #include "common/periodic.h"
@@ -101,6 +102,12 @@ class RoundProgress {
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   double next_s_ = period_s_;  // seconds after start_ of the next line
 };
+
+// Names a run's configuration in a --state_file.
+uint64_t RunChecksum(const v1::RunConfig& config) {
+  const std::string text = RunConfigText(config);
+  return Checksum64(text.data(), text.size());
+}
 
 }  // namespace
 
@@ -171,6 +178,17 @@ class WorkerSession {
   int Stop();
   // The end-of-run table: rounds, tokens, throughput, bytes, validation loss, wall time.
   void LogSummary() const;
+  // --state_file: saves the training since the last push (or since the public model it
+  // started from) with where it counts from.
+  void SaveState();
+  // Start, once the model is in: takes up the saved training when it is this run's and can
+  // still count (an async run: at most max_staleness versions old; a synchronous one: the
+  // open round's, no push in flight), rebased onto the public model. Returns whether it did.
+  bool Resume();
+  // Removes the --state_file (its training was pushed, went bad, or the run is over).
+  void DropState() {
+    if (!o_.state_file.empty()) std::remove(o_.state_file.c_str());
+  }
 
   const WorkerOptions& o_;
   WorkerCore core_;
@@ -200,6 +218,10 @@ class WorkerSession {
   double wait_s_ = 0;                  // this round's training waited this long for the server
   uint32_t steps_done_ = 0;            // of the round training now
   uint32_t round_steps_ = 0;           // the steps of the round training now (the server's tell, else H)
+  uint32_t carried_steps_ = 0;         // of the round training now: steps trained before a restart (Resume)
+  bool resumed_ = false;               // the next round trains on from a resumed state
+  bool state_failed_ = false;          // the last save failed (logged once a streak)
+  std::chrono::steady_clock::time_point saved_at_ = std::chrono::steady_clock::now();  // SaveState
   int bad_rounds_ = 0;                 // rejected updates in a row (Sound)
   uint32_t injected_faults_ = 0;       // --fault_nonfinite_rounds so far
 };
@@ -303,13 +325,14 @@ int WorkerSession::Run() {
   if (std::optional<int> code = Start()) return *code;  // could not start (or stopped): the exit code
   while (!done_) {
     if (Stopping()) return Stop();
-    const bool continuing = flight_.active();
-    const uint64_t r = continuing ? flight_.pushed().round + 1 : pub_.round();
-    if (!continuing) {
+    const bool continuing = flight_.active() || resumed_;
+    const uint64_t r = flight_.active() ? flight_.pushed().round + 1 : pub_.round();
+    if (!flight_.active()) {
       if (r >= config_.total_rounds()) break;  // resynced after the run ended: the final model is ours
       MaybeEvaluate();
     }
     Trained t = Train(r, continuing);
+    resumed_ = false;
     if (Stopping()) return Stop();  // never push a partial round
     if (t.keep.ok() && *t.keep && flight_.active()) t.keep = Land();
     if (!t.keep.ok()) return Fail(t.keep.status());
@@ -355,7 +378,65 @@ std::optional<int> WorkerSession::Start() {
     if (absl::Status s = core_.Resync(); !s.ok()) return Fail(s);
   }
   tokens_per_step_ = uint64_t{config_.batch_size()} * config_.model().context();
+  resumed_ = Resume();
   return std::nullopt;
+}
+
+void WorkerSession::SaveState() {
+  saved_at_ = std::chrono::steady_clock::now();
+  LocalState s;
+  s.run = RunChecksum(config_);
+  s.in_flight = flight_.active();  // the replica is the flight's to change meanwhile: the base is the pushed θ
+  s.base_round = s.in_flight ? flight_.pushed().round : pub_.round();
+  s.steps = carried_steps_ + steps_done_;
+  s.trainer = trainer_->SaveState(s.in_flight ? nullptr : pub_.params().data());
+  absl::Status st = WriteLocalState(o_.state_file, s);
+  if (!st.ok() && !state_failed_) {
+    LogWarn(tag_.c_str(), "--state_file: %s (not repeated while saves keep failing)", st.ToString().c_str());
+  }
+  state_failed_ = !st.ok();
+}
+
+bool WorkerSession::Resume() {
+  if (o_.state_file.empty()) return false;
+  if (signmuon_) {
+    LogWarn(tag_.c_str(), "--state_file: SignMuon trains one step a round, nothing to save or resume");
+    return false;
+  }
+  absl::StatusOr<LocalState> s = ReadLocalState(o_.state_file);
+  if (!s.ok()) {
+    if (!absl::IsNotFound(s.status())) LogWarn(tag_.c_str(), "--state_file: %s; starting afresh", s.status().ToString().c_str());
+    return false;
+  }
+  const uint64_t now = pub_.round(), staleness = core_.max_staleness();
+  std::string why;
+  if (s->run != RunChecksum(config_)) {
+    why = "it was saved in a run of another configuration";
+  } else if (s->base_round > now) {
+    why = absl::StrCat("it counts from round ", s->base_round, ", after the server's ", now, " (a restarted run)");
+  } else if (!KindsOf(config_).async && (s->base_round != now || s->in_flight)) {
+    why = absl::StrCat("a synchronous run resumes only the open round's training (it counts from round ",
+                       s->base_round, "; round ", now, " is open)");
+  } else if (KindsOf(config_).async && now - s->base_round > staleness) {
+    why = absl::StrCat("it counts from round ", s->base_round, ", more than the run's max_staleness (", staleness,
+                       ") behind round ", now);
+  }
+  if (why.empty()) {
+    if (absl::Status st = trainer_->RestoreState(s->trainer); !st.ok()) {
+      why = std::string(st.message());
+      trainer_ = NewTrainer();  // possibly half restored
+    }
+  }
+  if (!why.empty()) {
+    LogWarn(tag_.c_str(), "--state_file %s not resumed: %s; starting afresh", o_.state_file.c_str(), why.c_str());
+    return false;
+  }
+  trainer_->Rebase(pub_.params().data());
+  carried_steps_ = s->steps;
+  Logf(tag_.c_str(), "resumed %u steps of local training from %s (counted from round %llu's model; rebased onto round %llu's)",
+       s->steps, o_.state_file.c_str(), static_cast<unsigned long long>(s->base_round),
+       static_cast<unsigned long long>(now));
+  return true;
 }
 
 void WorkerSession::MaybeEvaluate(bool final) {
@@ -440,12 +521,14 @@ WorkerSession::Trained WorkerSession::Train(uint64_t r, bool continuing) {
       t.keep = Land();  // the update arrived mid-round: rebase now
       if (!t.keep.ok() || !*t.keep) return false;
     }
-    step_start = std::chrono::steady_clock::now();  // a landing is not a step's time
-    if (steps < round_steps_ && steps >= core_.InnerSteps()) {  // told fewer steps mid-round: push what is done
-      round_steps_ = steps;
+    if (!o_.state_file.empty() && Seconds(std::chrono::steady_clock::now() - saved_at_) >= o_.state_every_s) SaveState();
+    step_start = std::chrono::steady_clock::now();  // a landing (or a save) is not a step's time
+    const uint32_t total = carried_steps_ + steps;  // this round's, a resumed one's before the restart too
+    if (total < round_steps_ && total >= core_.InnerSteps()) {  // told fewer steps mid-round: push what is done
+      round_steps_ = total;
       return false;
     }
-    if (steps >= round_steps_ && !(train_on && flight_.active())) return false;
+    if (total >= round_steps_ && !(train_on && flight_.active())) return false;
     return !Stopping();
   };
   if (signmuon_) {
@@ -482,6 +565,8 @@ absl::StatusOr<bool> WorkerSession::Sound(uint64_t r) {
                                             " rounds in a row from the server's model: lower the learning rate"));
   }
   trainer_ = NewTrainer();
+  carried_steps_ = 0;
+  DropState();
   core_.uplink().Reset();
   if (absl::Status s = core_.Resync(); !s.ok()) return s;
   return false;
@@ -500,7 +585,9 @@ absl::Status WorkerSession::Push(uint64_t r, const Trained& t) {
                            t.seconds,
                            round_steps_,
                            round_steps_ * tokens_per_step_,
-                           steps_done_ > round_steps_ ? steps_done_ - round_steps_ : 0};
+                           carried_steps_ + steps_done_ > round_steps_ ? carried_steps_ + steps_done_ - round_steps_ : 0};
+  carried_steps_ = 0;
+  DropState();  // its steps are in this push: resuming them would count them twice
   if (overlap_) {  // train the next round while this one is pushed, aggregated and sent back
     trainer_->MarkPush();
     flight_.Launch(&core_, pushed, std::move(payload));
@@ -518,6 +605,7 @@ absl::Status WorkerSession::Push(uint64_t r, const Trained& t) {
 int WorkerSession::Finish() {
   MaybeEvaluate(/*final=*/true);
   core_.Leave();
+  DropState();  // the run is over: nothing to resume
   if (!o_.save_final.empty()) {
     if (absl::Status s = WriteFloatsAtomic(o_.save_final, pub_.params()); !s.ok()) return Fail(s);
   }

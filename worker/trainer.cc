@@ -10,8 +10,11 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <sstream>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/run_config.h"
 #include "worker/language_model.h"
 #include "worker/muon.h"
@@ -222,6 +225,56 @@ double Trainer::TrainSteps(uint64_t first_step, uint32_t wanted, const StepCallb
 DeviceFloats& Trainer::delta() { return impl_->delta; }
 
 void Trainer::MarkPush() { impl_->pushed = impl_->Flat(); }
+
+std::string Trainer::SaveState(const float* base) const {
+  const Impl& m = *impl_;
+  torch::serialize::OutputArchive out;
+  out.write("theta", m.Flat().cpu());
+  out.write("base", base ? HostFlat(base, num_params()).clone() : m.pushed.cpu());
+  torch::serialize::OutputArchive adamw;
+  m.adamw->save(adamw);
+  out.write("adamw", adamw);
+  if (m.muon) {
+    for (size_t i = 0; i < m.muon->momentum().size(); ++i) out.write("muon" + std::to_string(i), m.muon->momentum()[i].cpu());
+  }
+  std::ostringstream bytes;
+  out.save_to(bytes);
+  return bytes.str();
+}
+
+absl::Status Trainer::RestoreState(const std::string& bytes) {
+  Impl& m = *impl_;
+  const int64_t n = static_cast<int64_t>(num_params());
+  try {
+    std::istringstream in_bytes(bytes);
+    torch::serialize::InputArchive in;
+    in.load_from(in_bytes);
+    torch::Tensor theta, base;
+    in.read("theta", theta);
+    in.read("base", base);
+    if (theta.numel() != n || base.numel() != n || theta.scalar_type() != torch::kFloat32 ||
+        base.scalar_type() != torch::kFloat32) {
+      return absl::InvalidArgumentError(absl::StrCat("it holds ", theta.numel(), " parameters, the model has ", n));
+    }
+    std::vector<torch::Tensor> momentum(m.muon ? m.muon->momentum().size() : 0);
+    for (size_t i = 0; i < momentum.size(); ++i) {
+      in.read("muon" + std::to_string(i), momentum[i]);
+      if (!momentum[i].sizes().equals(m.muon->momentum()[i].sizes())) {
+        return absl::InvalidArgumentError(absl::StrCat("Muon momentum ", i, " has another shape than the model's"));
+      }
+    }
+    torch::NoGradGuard no_grad;
+    torch::serialize::InputArchive adamw;
+    in.read("adamw", adamw);
+    m.adamw->load(adamw);
+    for (size_t i = 0; i < momentum.size(); ++i) m.muon->momentum()[i].copy_(momentum[i]);
+    m.model->LoadFlat(theta.to(m.model->device()));
+    m.pushed = base.to(m.model->device());
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat("not a saved training state of this model: ", e.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
 
 void Trainer::Rebase(const float* pub) {
   torch::NoGradGuard no_grad;

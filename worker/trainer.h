@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "muloco/v1/muloco.pb.h"
 #include "common/model_layout.h"
 #include "worker/data.h"
@@ -60,6 +61,16 @@ class Trainer {
   void MarkPush();
   void Rebase(const float* pub);
   void DeltaFrom(const float* pub);
+
+  // The local training as bytes (a worker's --state_file, session.cc): the parameters θ, the
+  // base its progress counts from (`base`, host memory; null: the MarkPush parameters) and
+  // the optimizers' state. RestoreState takes such bytes from a trainer of the same model and
+  // optimizers: θ and the optimizers' state become the saved ones and the base the MarkPush
+  // parameters, so Rebase(pub) moves the saved progress onto `pub`. INVALID_ARGUMENT for
+  // bytes that do not parse or hold another model's or optimizers' tensors; the trainer may
+  // then be half restored and is to be replaced.
+  std::string SaveState(const float* base) const;
+  absl::Status RestoreState(const std::string& bytes);
 
   // Names of the tensors Muon updates (empty for AdamW runs).
   std::vector<std::string> MuonTensorNames() const;

@@ -36,6 +36,10 @@ struct WorkerOptions {
   // the new public model when it arrives (communication hidden behind compute).
   bool overlap = false;
   uint32_t overlap_steps = 0;              // overlap: apply the update after exactly this many steps (0: on arrival)
+  // Crash resume: the local training is saved to this file every state_every_s and resumed
+  // from it by a worker restarted on it (session.cc; empty: off).
+  std::string state_file;
+  double state_every_s = 30;
   double progress_s = 30;                  // log a progress line this often while a round trains (0: never)
   double slowdown = 1;                     // a throttle (tests, benches): after each inner step, sleep
                                            // (slowdown - 1) x that step's time

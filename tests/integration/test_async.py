@@ -4,10 +4,13 @@ its pushes are merged later with their staleness in the server's log, it contrib
 rounds than the others, and every worker ends on the server's final model bit for bit. A
 worker killed with SIGKILL mid-run: the rounds after its death close as fast as before (no
 round waits for it, though the heartbeat timeout would take 30 s to evict it); started again,
-it joins, contributes and ends on the server's model too. A fast worker whose round waits for the quorum trains on instead of waiting (the steps past
+it joins, takes up the training saved in its --state_file (rebased onto the current model),
+contributes and ends on the server's model too; a garbage state file is refused and its
+worker trains afresh. A fast worker whose round waits for the quorum trains on instead of waiting (the steps past
 its tell unclaimed). A worker stopped (SIGSTOP) until its
 replica is too stale: its push is refused, and the steps it trained since carry on from the
 fetched model."""
+import os
 import re
 import signal
 import time
@@ -60,21 +63,46 @@ class Async(ClusterTest):
         self.assertNotIn("told at most", server.text())  # unclaimed: no claim over the cap
 
     def test_a_killed_worker_holds_no_round_and_comes_back(self):
-        server, addr = self.start_server(*ASYNC, "--rounds=60", f"--save_final={self.path('server.bin')}")
+        # --max_staleness=100: the saved training is still young enough when it comes back.
+        server, addr = self.start_server(*ASYNC, "--rounds=60", "--max_staleness=100",
+                                         f"--save_final={self.path('server.bin')}")
         names = ["w0", "w1"]
-        workers = [self.start_worker(addr, f"--name={n}", f"--save_final={self.path(n + '.bin')}", name=n)
+        with open(self.path("garbage.state"), "w") as f:
+            f.write("not a state file\n")
+        workers = [self.start_worker(addr, f"--name={n}", f"--save_final={self.path(n + '.bin')}",
+                                     *([f"--state_file={self.path('garbage.state')}"] if n == "w1" else []), name=n)
                    for n in names]
-        victim = self.start_worker(addr, "--name=victim", name="victim")
+        state = self.path("victim.state")  # saved every 50 ms, dropped at each push
+        keep = [f"--state_file={state}", "--state_every_s=0.05", "--slowdown=4"]
+        victim = self.start_worker(addr, "--name=victim", *keep, name="victim")
         self.wait_for(server, r"round 4 closed", 120)
+        # Killed mid-round with some training saved: stopped first, so that no push drops the
+        # file between the look and the kill.
+        deadline = time.time() + 60
+        while True:
+            self.assertLess(time.time(), deadline, "no state file saved")
+            if os.path.exists(state):
+                victim.p.send_signal(signal.SIGSTOP)
+                if os.path.exists(state):
+                    break
+                victim.p.send_signal(signal.SIGCONT)
+            time.sleep(0.01)
         victim.kill()
         killed = time.time()
         after = max(int(r) for r in re.findall(r"round (\d+) closed", server.text())) + 3
         self.wait_for(server, rf"round {after} closed", 25)  # eviction alone would take 30 s
         self.assertNotIn("evicting", server.text())  # so the rounds closed without it, not after its eviction
         print(f"3 rounds closed {time.time() - killed:.1f} s after the kill")
-        again = self.start_worker(addr, "--name=victim", f"--save_final={self.path('victim.bin')}", name="again")
+        again = self.start_worker(addr, "--name=victim", f"--save_final={self.path('victim.bin')}", *keep, name="again")
+        # It takes up the saved steps, rebased onto the server's model, and its first push
+        # carries them.
+        resumed = self.wait_for(again, r"resumed (\d+) steps of local training from .*? \(counted from round (\d+)'s", 60)
+        print(f"resumed: {resumed.group(0)}")
+        self.assertGreaterEqual(int(resumed.group(1)), 1)
         self.finish(server, [*workers, again], [*names, "victim"])
         self.assertGreaterEqual(len(SETTLED.findall(again.text())), 1, again.text()[-3000:])
+        self.assertFalse(os.path.exists(state))  # the run is over: nothing left to resume
+        self.assertIn("not a muloco-worker state file", workers[1].text())  # refused, and w1 trained on
 
     def test_a_stalled_worker_keeps_its_training_past_a_refused_push(self):
         server, addr = self.start_server(*ASYNC, "--rounds=60", "--max_staleness=1",

@@ -2,9 +2,11 @@
 passes on the tree and fails, naming the include, on a tree that breaks the layer rule or
 has a cycle inside a folder; scripts/check_functions.py passes on the tree and names a
 function over 60 lines, and only such a function; scripts/check_thread_safety.py (clang's
--Wthread-safety) names a guarded member read without its mutex."""
+-Wthread-safety) names a guarded member read without its mutex. No file names a work period
+(the word stop and a number): history is given by a date or a commit."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -101,6 +103,21 @@ class ProjectRules(unittest.TestCase):
         self.assertIn("server/bad.cc", r.stdout)
         self.assertIn("requires holding mutex 'mu_'", r.stdout)
         self.assertNotIn("server/good.cc", r.stdout)
+
+    def test_no_file_names_a_work_period(self):
+        period = re.compile(r"\bstop[- ]\d+\b", re.I)
+        found = []
+        for top, dirs, files in os.walk(ROOT):
+            dirs[:] = [d for d in dirs if d not in (".git", "build", "node_modules", "__pycache__")]
+            for name in files:
+                path = os.path.join(top, name)
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        text = f.read()
+                except (UnicodeDecodeError, OSError):
+                    continue  # binary: plots, tokenizers, shards
+                found += [f"{os.path.relpath(path, ROOT)}: {m.group(0)}" for m in period.finditer(text)]
+        self.assertEqual(found, [], "name a date or a commit instead")
 
 
 if __name__ == "__main__":
