@@ -5,9 +5,10 @@ K real workers (throttled --slowdowns times, muloco-worker --slowdown), each rea
 muloco-server on loopback through its own TCP proxy (a link that can be cut). Four runs of
 --duration seconds each: async and sync failure-free, then both under one seeded schedule of
 failures: per worker a Poisson process with a mean time between failures of --mtbf_rounds
-local rounds (H inner steps of a 1x worker, measured in the failure-free async run), each
+local rounds (H inner steps of a fastest worker, measured in the failure-free async run), each
 failure one of kill -9 (restarted after the downtime), SIGSTOP (SIGCONT after it) or a cut
-link (restored after it), the downtime uniform in [0.5, 1.5] rounds.
+link (restored after it), the downtime uniform in [0.5, 1.5] rounds. Workers save their local
+training every --state_every_s (--state_file), so a killed one resumes what it had trained.
 
 Reported per run: goodput (inner steps merged into the model / inner steps the workers could
 have computed in the wall time, each at its own mean speed in that run's rounds that no stall
@@ -16,12 +17,15 @@ the failure-free sync run's final validation loss, the validation loss at equal 
 against the same mode's failure-free run, and the longest wait between two round closes. Writes OUT/chaos.txt, chaos.json and, with
 gnuplot, chaos.png.
 
-  bench/chaos.py [--build build] [--slowdowns 1,1,2,4] [--inner_steps 200] [--duration 150]
-                 [--mtbf_rounds 5] [--seed 0] [--no-adaptive_h] [--out bench/results/chaos]
+  bench/chaos.py [--build build] [--slowdowns 2,2,4,8] [--inner_steps 100] [--duration 150]
+                 [--mtbf_rounds 5] [--state_every_s 0.2] [--seed 0] [--no-adaptive_h] [--out bench/results/chaos]
 
 The async runs use muloco-server --adaptive_h unless --no-adaptive_h; the sync runs are the
-classic barrier (every worker takes H steps). H = 200 makes a 1x worker's round (the tests' tiny GPT) last
-about 2.4 s here: long against a restart (process start, join, model fetch: about 1.5 s), as a
+classic barrier (every worker takes H steps). The default throttles give speeds 1 : 1 : 2 : 4,
+each worker at most half a core (2 + 2 + 4 + 8 -> 1.4 cores of a 2-core machine with the
+server): on a busier machine a worker speeds up whenever another dies, and no capacity measured
+per worker holds. H = 100 makes a fast worker's round (the tests' tiny GPT) last about 2.3 s
+here: long against a restart (process start, join, model fetch: a few tenths of a second), as a
 real run's rounds of minutes are against restarts of seconds.
 """
 import argparse
@@ -76,7 +80,9 @@ def run(a, mode, events, logdir):
     recover = []            # (t, name, kind) to end
     try:
         port = cluster.start_server(flags)
-        worker_flags = {n: [f"--slowdown={s}", "--heartbeat_s=1", "--stall_timeout_s=10", "--retry_timeout_s=600"]
+        worker_flags = {n: [f"--slowdown={s}", "--heartbeat_s=1", "--stall_timeout_s=10", "--retry_timeout_s=600",
+                            *([f"--state_file={os.path.join(logdir, n + '.state')}", f"--state_every_s={a.state_every_s}"]
+                              if a.state_every_s > 0 else [])]
                         for n, s in zip(names, a.slowdowns)}
         for n in names:
             proxies[n] = Proxy(port)
@@ -176,8 +182,9 @@ def report(a, runs, out):
     target = loss_at(runs["sync"], float("inf")) or 0.0
     lines = [f"chaos: {len(a.slowdowns)} workers throttled {a.slowdowns}, H = {a.inner_steps}"
              f"{' (async: --adaptive_h)' if a.adaptive_h else ''}, {a.duration:.0f} s per run, "
-             f"MTBF {a.mtbf_rounds} rounds per worker, seed {a.seed}",
-             f"a 1x worker's round: {a.round_s:.2f} s; {len(a.events)} failures scheduled ("
+             f"MTBF {a.mtbf_rounds} rounds per worker, seed {a.seed}, "
+             + (f"local training saved every {a.state_every_s:g} s" if a.state_every_s > 0 else "no --state_file"),
+             f"a fastest worker's round: {a.round_s:.2f} s; {len(a.events)} failures scheduled ("
              + ", ".join(f"{sum(e[2] == k for e in a.events)} {k}" for k in ("kill", "stall", "cut")) + "): "
              + ", ".join(f"{n} {k} at {t:.1f} s for {d:.1f} s" for t, n, k, d in a.events[:12])
              + (", ..." if len(a.events) > 12 else ""),
@@ -214,6 +221,9 @@ def report(a, runs, out):
         f"while up (the rest: restarts, waits, rounds lost to kills or refused), the model merged "
         f"{100 * t['merged_share_landed']:.1f}% as many" for k, t in table.items() if k.endswith("chaos"))
         + " (over 100%: pushes merged whose worker died before their update landed)")
+    ceiling = {k: t["goodput_up"] / table[k.split("-")[0]]["goodput"] for k, t in table.items() if k.endswith("chaos")}
+    lines.append("\nagainst the same mode's failure-free run (whose steps still in training or in the air when the run "
+                 "ends count as lost too): " + "; ".join(f"{k} {100 * v:.1f}%" for k, v in ceiling.items()))
     lines.append(f"\nthe target: the failure-free sync run's final validation loss, {target:.4f} (mean of its last three "
                  "evaluations; a run reaches it when the mean of its last three does)")
     text = "\n".join(lines)
@@ -247,8 +257,8 @@ def plot(runs, out):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default=os.path.join(HERE, "..", "build"))
-    p.add_argument("--slowdowns", default="1,1,2,4")
-    p.add_argument("--inner_steps", type=int, default=200)
+    p.add_argument("--slowdowns", default="2,2,4,8", help="each worker's throttle (muloco-worker --slowdown)")
+    p.add_argument("--inner_steps", type=int, default=100)
     p.add_argument("--eval_every", type=int, default=1,
                    help="rounds between evaluations (an async worker evaluates only the versions it lands on)")
     p.add_argument("--duration", type=float, default=150)
@@ -256,6 +266,10 @@ def main():
     p.add_argument("--round_timeout_s", type=float, default=10, help="the server's straggler deadline and eviction time")
     p.add_argument("--adaptive_h", action=argparse.BooleanOptionalAction, default=True,
                    help="async runs with muloco-server --adaptive_h (per-worker H from their speeds)")
+    p.add_argument("--state_every_s", type=float, default=0.2,
+                   help="workers save their local training this often (muloco-worker --state_file) and a killed one "
+                        "resumes it: 0.2 s is a tenth of a fastest worker's round here, as a worker's default 30 s is of "
+                        "rounds of minutes; 0: off (a kill loses the training since the last push)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=os.path.join(HERE, "results", "chaos"))
     p.add_argument("--logs", default=None)

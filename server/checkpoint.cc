@@ -18,7 +18,9 @@ namespace muloco {
 namespace {
 
 constexpr char kMagic[4] = {'M', 'L', 'C', 'K'};
-constexpr uint32_t kVersion = 3;  // 2: without the layout; 1: without the join counter (read as 0)
+// 4: with Delayed Nesterov's sum and count; 3: without them (read as none); 2: without the
+// layout; 1: without the join counter (read as 0).
+constexpr uint32_t kVersion = 4;
 constexpr uint64_t kSeed = 0x636b7074ULL;
 
 void Put(std::string& out, const void* p, size_t n) { out.append(static_cast<const char*>(p), n); }
@@ -78,6 +80,8 @@ std::string SerializeCheckpoint(const ServerState& s) {
   PutFloats(out, s.theta_true);
   Put(out, s.theta_pub.data(), s.theta_pub.size() * sizeof(float));
   PutFloats(out, s.momentum);
+  PutFloats(out, s.delayed_sum);
+  PutScalar<uint32_t>(out, s.delayed_steps);
   PutScalar<uint64_t>(out, Checksum64(out.data(), out.size(), kSeed));
   return out;
 }
@@ -109,6 +113,10 @@ absl::StatusOr<ServerState> ParseCheckpoint(const std::string& bytes) {
   if (!r.Take(s.theta_pub.data(), s.theta_pub.size() * sizeof(float))) return bad("bad public parameters");
   if (!r.Floats(&s.momentum) || (!s.momentum.empty() && s.momentum.size() != s.theta_true.size())) {
     return bad("bad momentum");
+  }
+  if (version >= 4 && (!r.Floats(&s.delayed_sum) || !r.Scalar(&s.delayed_steps) ||
+                       (!s.delayed_sum.empty() && s.delayed_sum.size() != s.theta_true.size()))) {
+    return bad("bad delayed momentum");
   }
   if (r.pos != bytes.size() - 8) return bad("trailing bytes");
   return s;

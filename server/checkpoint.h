@@ -26,6 +26,8 @@ struct ServerState {
   v1::RunConfig config;
   v1::ModelLayout layout;  // the run's tensors and groups
   std::vector<float> theta_true, theta_pub, momentum;
+  std::vector<float> delayed_sum;  // Delayed Nesterov's (OuterSgd); empty without it
+  uint32_t delayed_steps = 0;
 };
 
 // Writes dir/ckpt-<round>.bin atomically and deletes all but the newest `keep` checkpoints.

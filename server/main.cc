@@ -15,6 +15,9 @@
 ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "Address to serve on (port 0 picks a free port)");
 ABSL_FLAG(std::string, port_file, "", "If set, write the bound port here once serving");
 ABSL_FLAG(uint32_t, min_quorum, 1, "Pushes required before a round may close");
+ABSL_FLAG(uint32_t, outer_momentum_every, 1,
+          "--sync=async: Delayed Nesterov: the outer momentum takes in the mean of every N rounds' updates "
+          "(each round applies lr x its update / N); 1: the momentum moves every round");
 ABSL_FLAG(uint64_t, max_staleness, 4, "--sync=async: versions a push may lag the open round (older: the worker fetches the model)");
 ABSL_FLAG(double, grace_min_s, 0.05, "--sync=async: a round closes at the quorum and a grace window of 2x the median gap "
           "between the latest pushes, at least this long");
@@ -84,6 +87,16 @@ std::atomic<bool> g_reload{false};
 void OnSignal(int) { g_stop = true; }
 void OnHangup(int) { g_reload = true; }
 
+// The --sync=async knobs; false when one is out of range.
+bool AsyncFromFlags(muloco::AsyncOptions* a) {
+  a->max_staleness = absl::GetFlag(FLAGS_max_staleness);
+  a->grace_min_s = absl::GetFlag(FLAGS_grace_min_s);
+  a->grace_max_s = absl::GetFlag(FLAGS_grace_max_s);
+  a->partial_steps = absl::GetFlag(FLAGS_async_partial_steps);
+  a->momentum_every = absl::GetFlag(FLAGS_outer_momentum_every);
+  return a->momentum_every >= 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -101,10 +114,10 @@ int main(int argc, char** argv) {
   o.init_model = absl::GetFlag(FLAGS_init_model);
   o.adamw_params = absl::GetFlag(FLAGS_adamw_params);
   o.min_quorum = absl::GetFlag(FLAGS_min_quorum);
-  o.async.max_staleness = absl::GetFlag(FLAGS_max_staleness);
-  o.async.grace_min_s = absl::GetFlag(FLAGS_grace_min_s);
-  o.async.grace_max_s = absl::GetFlag(FLAGS_grace_max_s);
-  o.async.partial_steps = absl::GetFlag(FLAGS_async_partial_steps);
+  if (!AsyncFromFlags(&o.async)) {
+    std::fprintf(stderr, "muloco-server: --outer_momentum_every must be at least 1\n");
+    return 2;
+  }
   o.adaptive_h = absl::GetFlag(FLAGS_adaptive_h);
   o.min_inner_steps = absl::GetFlag(FLAGS_min_inner_steps);
   if (o.min_inner_steps < 1) {

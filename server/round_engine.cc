@@ -55,7 +55,10 @@ RoundEngine::RoundEngine(EngineOptions options, EngineState state, const Clock* 
       sum_(num_params_, 0.0f),
       aggregator_(options_.screen, ScreenChunksFor(options_, num_params_), num_params_, close_threads_),
       votes_(options_.aggregation == Aggregation::kVote ? num_params_ : 0, 0) {
-  if (state.momentum.size() == outer_.momentum_buffer().size()) outer_.set_momentum_buffer(std::move(state.momentum));
+  if (state.momentum.size() == outer_.momentum_buffer().size()) {
+    outer_.set_momentum_buffer(std::move(state.momentum));
+    outer_.set_delayed(std::move(state.delayed_sum), state.delayed_steps);  // else (another N) it starts afresh
+  }
   pub_checksum_ = ParamChecksum(theta_pub_->data(), num_params_);
   round_open_time_ = clock_->Now();
   done_ = options_.total_rounds != 0 && open_round_ >= options_.total_rounds;
@@ -478,6 +481,7 @@ std::shared_ptr<const std::string> RoundEngine::PublishLocked() {
     ++stats_.downlink_resets;
     theta_true_ = pub;
     outer_.set_momentum_buffer(std::vector<float>(outer_.momentum_buffer().size(), 0.0f));
+    outer_.set_delayed(std::vector<float>(outer_.delayed_sum().size(), 0.0f), 0);
     std::fill(sum_.begin(), sum_.end(), 0.0f);
     payload = std::make_shared<const std::string>(Compress(downlink_, nullptr, 1.0f, sum_.data()));
     return payload;  // θ_pub unchanged: the zero update decodes to exactly nothing
@@ -674,7 +678,8 @@ void RoundEngine::CountMalformedPush() {
 void RoundEngine::WakeAll() { round_closed_.SignalAll(); }
 
 EngineState RoundEngine::ExportStateLocked() const {
-  return EngineState{open_round_, stats_.joins, theta_true_, *theta_pub_, outer_.momentum_buffer()};
+  return EngineState{open_round_,           stats_.joins,         theta_true_, *theta_pub_, outer_.momentum_buffer(),
+                     outer_.delayed_sum(), outer_.delayed_steps()};
 }
 
 EngineState RoundEngine::ExportState() const {

@@ -99,6 +99,8 @@ struct EngineState {
   uint64_t open_round = 0;
   uint64_t joins = 0;  // joins so far: the next joiner's data order (a resumed run gives no live order twice)
   std::vector<float> theta_true, theta_pub, momentum;
+  std::vector<float> delayed_sum;  // Delayed Nesterov (OuterSgd): gradients since the momentum moved
+  uint32_t delayed_steps = 0;
 };
 
 // Decoupled weight decay of one tensor: θ[offset, offset + numel) *= 1 - lr * rate.
@@ -120,6 +122,7 @@ struct AsyncOptions {
   // few pushes would otherwise move the model as far as a round of every worker's; counting
   // pushes, not steps: a short push's pseudo-gradient is already that much smaller).
   bool partial_steps = true;
+  uint32_t momentum_every = 1;    // Delayed Nesterov's N (OuterSgdOptions::momentum_every)
 };
 
 struct EngineOptions {

@@ -57,7 +57,8 @@ EngineOptions EngineOptionsFor(const ServerOptions& o, const v1::RunConfig& conf
   eo.total_rounds = config.total_rounds();
   eo.downlink = PlanSegments(CodecShapes(layout), *ParseCodec(config.downlink_codec()));
   eo.uplink = PlanSegments(CodecShapes(layout), *ParseCodec(config.uplink_codec()));
-  eo.outer = OuterSgdOptions{config.outer_lr(), config.outer_momentum(), config.outer_nesterov()};
+  eo.outer = OuterSgdOptions{config.outer_lr(), config.outer_momentum(), config.outer_nesterov(),
+                             eo.async.enabled ? o.async.momentum_every : 1};
   eo.screen.mode = o.robust;
   eo.adaptive_h = o.adaptive_h;
   eo.min_inner_steps = o.min_inner_steps;
@@ -226,8 +227,10 @@ absl::Status ResumedModel(const ServerOptions& o, ServerState* resumed, RunStart
     return absl::DataLossError(absl::StrCat("checkpoint holds ", resumed->theta_pub.size(),
                                             " parameters, its model ", n));
   }
-  start->initial = EngineState{resumed->open_round, resumed->joins, std::move(resumed->theta_true),
-                               std::move(resumed->theta_pub), std::move(resumed->momentum)};
+  start->initial = EngineState{resumed->open_round,          resumed->joins,
+                               std::move(resumed->theta_true), std::move(resumed->theta_pub),
+                               std::move(resumed->momentum),   std::move(resumed->delayed_sum),
+                               resumed->delayed_steps};
   Logf("server", "resuming from checkpoint in %s at round %llu%s", o.checkpoint_dir.c_str(),
        static_cast<unsigned long long>(start->initial.open_round),
        o.init_model.empty() ? "" : " (--init_model not read: the checkpoint holds the model)");
@@ -260,7 +263,10 @@ std::function<void(const EngineState&)> CheckpointWriter(const ServerOptions& o,
           layout = run.layout, builtin = run.builtin, proto = LayoutProto(run.layout)](const EngineState& st) {
     const auto t0 = std::chrono::steady_clock::now();
     absl::Status s = WriteCheckpoint(
-        dir, ServerState{st.open_round, st.joins, config, proto, st.theta_true, st.theta_pub, st.momentum}, keep);
+        dir,
+        ServerState{st.open_round, st.joins, config, proto, st.theta_true, st.theta_pub, st.momentum, st.delayed_sum,
+                    st.delayed_steps},
+        keep);
     if (s.ok() && !export_path.empty()) {
       s = WriteFileAtomic(export_path, ExportBytes(config, layout, builtin, st.theta_pub, st.open_round));
     }

@@ -33,7 +33,9 @@ ServerState State(uint64_t round) {
     s.theta_true.push_back(i * 0.5f + round);
     s.theta_pub.push_back(i * 0.5f);
     s.momentum.push_back(-i * 0.25f);
+    s.delayed_sum.push_back(i * 0.125f);
   }
+  s.delayed_steps = 2;
   return s;
 }
 
@@ -61,6 +63,8 @@ TEST(Checkpoint, RoundTripAndKeepNewest) {
   EXPECT_EQ(s->theta_true, State(5).theta_true);
   EXPECT_EQ(s->theta_pub, State(5).theta_pub);
   EXPECT_EQ(s->momentum, State(5).momentum);
+  EXPECT_EQ(s->delayed_sum, State(5).delayed_sum);
+  EXPECT_EQ(s->delayed_steps, 2u);
   EXPECT_EQ(s->config.SerializeAsString(), DefaultRunConfig().SerializeAsString());
   EXPECT_EQ(s->layout.SerializeAsString(), State(5).layout.SerializeAsString());
 }
@@ -84,6 +88,8 @@ TEST(Checkpoint, ReadsTheVersionBeforeTheLayout) {
   EXPECT_EQ(s->joins, 3u);
   EXPECT_EQ(s->layout.tensors_size(), 0);
   EXPECT_EQ(s->theta_pub, want.theta_pub);
+  EXPECT_TRUE(s->delayed_sum.empty());  // nor Delayed Nesterov's state (version 4)
+  EXPECT_EQ(s->delayed_steps, 0u);
 }
 
 TEST(Checkpoint, DamagedFilesAreSkipped) {

@@ -57,17 +57,23 @@ std::vector<float> Normal(size_t n, uint32_t seed, float scale) {
   return v;
 }
 
-void ExpectOuterSgdMatchesTorch(float lr, float momentum, bool nesterov) {
-  const size_t n = 1000, steps = 6;
-  const std::string dir = TempDir("sgd");
-  std::vector<float> p0 = Normal(n, 1, 1.0f), grads = Normal(n * steps, 2, 0.1f);
+// torch.optim.SGD's parameters after each of the steps on `grads` (steps x n) from p0.
+std::vector<float> TorchSgd(const char* name, const std::vector<float>& p0, const std::vector<float>& grads,
+                            float lr, float momentum, bool nesterov) {
+  const std::string dir = TempDir(name);
   WriteRaw(dir + "/p0.f32", p0);
   WriteRaw(dir + "/grads.f32", grads);
-  std::ofstream(dir + "/config.json") << "{\"n\": " << n << ", \"steps\": " << steps << ", \"lr\": " << lr
-                                      << ", \"momentum\": " << momentum
+  std::ofstream(dir + "/config.json") << "{\"n\": " << p0.size() << ", \"steps\": " << grads.size() / p0.size()
+                                      << ", \"lr\": " << lr << ", \"momentum\": " << momentum
                                       << ", \"nesterov\": " << (nesterov ? "true" : "false") << "}";
   RunReference("sgd", dir);
-  const std::vector<float> expected = ReadRaw<float>(dir + "/expected.f32");
+  return ReadRaw<float>(dir + "/expected.f32");
+}
+
+void ExpectOuterSgdMatchesTorch(float lr, float momentum, bool nesterov) {
+  const size_t n = 1000, steps = 6;
+  std::vector<float> p0 = Normal(n, 1, 1.0f), grads = Normal(n * steps, 2, 0.1f);
+  const std::vector<float> expected = TorchSgd("sgd", p0, grads, lr, momentum, nesterov);
   ASSERT_EQ(expected.size(), n * steps);
   OuterSgd sgd(OuterSgdOptions{lr, momentum, nesterov}, n);
   std::vector<float> p = p0;
@@ -79,7 +85,38 @@ void ExpectOuterSgdMatchesTorch(float lr, float momentum, bool nesterov) {
   }
 }
 
+// Delayed Nesterov (momentum_every = N): after every N steps θ is where torch's SGD puts it
+// stepping once on the mean of those N gradients.
+void ExpectDelayedMomentumMatchesTorchOnMeans(bool nesterov) {
+  const size_t n = 1000, every = 3, blocks = 4;
+  const float lr = 0.7f, momentum = 0.6f;
+  std::vector<float> p0 = Normal(n, 3, 1.0f), grads = Normal(n * every * blocks, 4, 0.1f), means(n * blocks, 0.0f);
+  for (size_t b = 0; b < blocks; ++b) {
+    for (size_t k = 0; k < every; ++k) {
+      for (size_t i = 0; i < n; ++i) means[b * n + i] += grads[(b * every + k) * n + i] / every;
+    }
+  }
+  const std::vector<float> expected = TorchSgd("delayed", p0, means, lr, momentum, nesterov);
+  ASSERT_EQ(expected.size(), n * blocks);
+  OuterSgd sgd(OuterSgdOptions{lr, momentum, nesterov, every}, n);
+  std::vector<float> p = p0;
+  for (size_t b = 0; b < blocks; ++b) {
+    for (size_t k = 0; k < every; ++k) sgd.Step(p.data(), grads.data() + (b * every + k) * n, n);
+    EXPECT_EQ(sgd.delayed_steps(), 0u);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(p[i], expected[b * n + i], 2e-6f * (1 + std::fabs(expected[b * n + i]))) << "block " << b << " i " << i;
+    }
+  }
+  // Between the momentum's moves each step applies lr * g / N alone.
+  const std::vector<float> before = p;
+  sgd.Step(p.data(), grads.data(), n);
+  EXPECT_EQ(sgd.delayed_steps(), 1u);
+  for (size_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(p[i], before[i] - lr * grads[i] / every) << i;
+}
+
 TEST(Reference, OuterNesterovSgdMatchesTorch) { ExpectOuterSgdMatchesTorch(0.7f, 0.9f, true); }
+TEST(Reference, DelayedNesterovMatchesTorchOnTheMeans) { ExpectDelayedMomentumMatchesTorchOnMeans(true); }
+TEST(Reference, DelayedPlainMomentumMatchesTorchOnTheMeans) { ExpectDelayedMomentumMatchesTorchOnMeans(false); }
 TEST(Reference, OuterPlainMomentumMatchesTorch) { ExpectOuterSgdMatchesTorch(0.5f, 0.8f, false); }
 TEST(Reference, OuterAveragingMatchesTorch) { ExpectOuterSgdMatchesTorch(1.0f, 0.0f, false); }
 
