@@ -535,7 +535,9 @@ WorkerSession::Trained WorkerSession::Train(uint64_t r, bool continuing) {
     t.loss = trainer_->SignDirection(pub_.params().data());
     inner_steps_.Observe(Seconds(std::chrono::steady_clock::now() - train_start));
   } else if (continuing) {
-    t.loss = trainer_->TrainSteps(r * config_.inner_steps(), train_on ? 2 * round_steps_ : round_steps_, after_step);
+    // A resumed round goes on where its schedule was (carried_steps_ is 0 otherwise).
+    t.loss = trainer_->TrainSteps(r * config_.inner_steps() + carried_steps_, train_on ? 2 * round_steps_ : round_steps_,
+                                  after_step);
   } else {  // θ_pub in, H steps, Δ out: the copies are timed as part of the outer step
     trainer_->SetParams(pub_.params().data());
     t.copy_seconds = Seconds(std::chrono::steady_clock::now() - train_start);

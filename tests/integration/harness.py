@@ -241,6 +241,20 @@ class ClusterTest(unittest.TestCase):
         except LogWaitError as e:
             self.fail(str(e))
 
+    def kill_with_saved_state(self, proc, state, timeout=60):
+        """SIGKILLs a worker run with --state_file=state once the file exists: stopped
+        (SIGSTOP) first, so that no push drops the file between the look and the kill."""
+        deadline = time.time() + timeout
+        while True:
+            self.assertLess(time.time(), deadline, f"no {state} saved")
+            if os.path.exists(state):
+                proc.p.send_signal(signal.SIGSTOP)
+                if os.path.exists(state):
+                    break
+                proc.p.send_signal(signal.SIGCONT)
+            time.sleep(0.01)
+        proc.kill()
+
     def val_losses(self, proc):
         """{round: val_loss} from a worker log."""
         return {int(r): float(v) for r, v in re.findall(r"eval: round (\d+) val_loss ([\d.]+)", proc.text())}

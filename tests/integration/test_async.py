@@ -76,18 +76,7 @@ class Async(ClusterTest):
         keep = [f"--state_file={state}", "--state_every_s=0.05", "--slowdown=4"]
         victim = self.start_worker(addr, "--name=victim", *keep, name="victim")
         self.wait_for(server, r"round 4 closed", 120)
-        # Killed mid-round with some training saved: stopped first, so that no push drops the
-        # file between the look and the kill.
-        deadline = time.time() + 60
-        while True:
-            self.assertLess(time.time(), deadline, "no state file saved")
-            if os.path.exists(state):
-                victim.p.send_signal(signal.SIGSTOP)
-                if os.path.exists(state):
-                    break
-                victim.p.send_signal(signal.SIGCONT)
-            time.sleep(0.01)
-        victim.kill()
+        self.kill_with_saved_state(victim, state)  # mid-round, with some training saved
         killed = time.time()
         after = max(int(r) for r in re.findall(r"round (\d+) closed", server.text())) + 3
         self.wait_for(server, rf"round {after} closed", 25)  # eviction alone would take 30 s

@@ -1,7 +1,8 @@
 """Fault tolerance over real processes: kill -9 of the server (restart from its checkpoint, in
 the synchronous and the asynchronous mode), kill -9 of a worker (deadline, eviction, rejoin),
 a cut network link (a proxy that drops every connection for a while), and churn over 200
-rounds with the server's memory measured."""
+rounds with the server's memory measured. A worker killed mid-round and restarted on its
+--state_file resumes the steps it saved in the same round."""
 import os
 import random
 import re
@@ -74,6 +75,31 @@ class FaultTolerance(ClusterTest):
         self.assertTrue(any(c == 2 for r, c in rounds if r > joined), rounds)
         self.assertEqual(self.read_bytes("a.bin"), self.read_bytes("server.bin"))
         self.assertEqual(self.read_bytes("b2.bin"), self.read_bytes("server.bin"))
+
+    def test_worker_killed_mid_round_resumes_its_saved_steps(self):
+        # Synchronous: the open round waits for its workers (round_timeout_s), so a worker
+        # killed mid-round and started again on its --state_file takes up the steps it saved
+        # and pushes them in that same round.
+        server, addr = self.start_server(*TINY, "--rounds=4", "--inner_steps=60", "--round_timeout_s=60",
+                                         "--heartbeat_timeout_s=60", f"--save_final={self.path('server.bin')}")
+        state = self.path("b.state")
+        keep = [f"--state_file={state}", "--state_every_s=0.05", "--slowdown=3"]
+        a = self.start_worker(addr, f"--save_final={self.path('a.bin')}", name="a")
+        b = self.start_worker(addr, *keep, name="b")
+        self.wait_for(server, r"round 1 closed: 2 contributors", 120)
+        self.kill_with_saved_state(b, state)
+        b2 = self.start_worker(addr, f"--save_final={self.path('b2.bin')}", *keep, name="b2")
+        resumed = self.wait_for(b2, r"resumed (\d+) steps of local training .*?\(counted from round (\d+)'s model; "
+                                    r"rebased onto round (\d+)'s\)", 60)
+        print(resumed.group(0))
+        self.assertGreaterEqual(int(resumed.group(1)), 1)
+        self.assertEqual(resumed.group(2), resumed.group(3))  # the round it was killed in is still open
+        for w in (a, b2):
+            self.assertEqual(w.wait(timeout=300), 0, w.text()[-3000:])
+        self.assertEqual(server.wait(timeout=60), 0, server.text()[-3000:])
+        self.assertEqual(self.read_bytes("a.bin"), self.read_bytes("server.bin"))
+        self.assertEqual(self.read_bytes("b2.bin"), self.read_bytes("server.bin"))
+        self.assertFalse(os.path.exists(state))
 
     def test_cut_link_recovers_and_resyncs(self):
         # 40 steps a round: the run outlasts the cut worker's reconnect backoff (up to ~7.5 s)
