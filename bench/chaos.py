@@ -22,7 +22,7 @@ gnuplot, chaos.png.
 
 The async runs use muloco-server --adaptive_h unless --no-adaptive_h; the sync runs are the
 classic barrier (every worker takes H steps). The default throttles give speeds 1 : 1 : 2 : 4,
-each worker at most half a core (2 + 2 + 4 + 8 -> 1.4 cores of a 2-core machine with the
+each worker at most half a core (1/2 + 1/2 + 1/4 + 1/8 = 1.4 cores of a 2-core machine, beside the
 server): on a busier machine a worker speeds up whenever another dies, and no capacity measured
 per worker holds. H = 100 makes a fast worker's round (the tests' tiny GPT) last about 2.3 s
 here: long against a restart (process start, join, model fetch: a few tenths of a second), as a
