@@ -185,6 +185,8 @@ class WorkerSession {
   // still count (an async run: at most max_staleness versions old; a synchronous one: the
   // open round's, no push in flight), rebased onto the public model. Returns whether it did.
   bool Resume();
+  // Steps of the round training now, those trained before a restart (Resume) included.
+  uint32_t StepsInRound() const { return carried_steps_ + steps_done_; }
   // Removes the --state_file (its training was pushed, went bad, or the run is over).
   void DropState() {
     if (!o_.state_file.empty()) std::remove(o_.state_file.c_str());
@@ -388,7 +390,7 @@ void WorkerSession::SaveState() {
   s.run = RunChecksum(config_);
   s.in_flight = flight_.active();  // the replica is the flight's to change meanwhile: the base is the pushed θ
   s.base_round = s.in_flight ? flight_.pushed().round : pub_.round();
-  s.steps = carried_steps_ + steps_done_;
+  s.steps = StepsInRound();
   s.trainer = trainer_->SaveState(s.in_flight ? nullptr : pub_.params().data());
   absl::Status st = WriteLocalState(o_.state_file, s);
   if (!st.ok() && !state_failed_) {
@@ -523,7 +525,7 @@ WorkerSession::Trained WorkerSession::Train(uint64_t r, bool continuing) {
     }
     if (!o_.state_file.empty() && Seconds(std::chrono::steady_clock::now() - saved_at_) >= o_.state_every_s) SaveState();
     step_start = std::chrono::steady_clock::now();  // a landing (or a save) is not a step's time
-    const uint32_t total = carried_steps_ + steps;  // this round's, a resumed one's before the restart too
+    const uint32_t total = StepsInRound();
     if (total < round_steps_ && total >= core_.InnerSteps()) {  // told fewer steps mid-round: push what is done
       round_steps_ = total;
       return false;
@@ -587,7 +589,7 @@ absl::Status WorkerSession::Push(uint64_t r, const Trained& t) {
                            t.seconds,
                            round_steps_,
                            round_steps_ * tokens_per_step_,
-                           carried_steps_ + steps_done_ > round_steps_ ? carried_steps_ + steps_done_ - round_steps_ : 0};
+                           StepsInRound() > round_steps_ ? StepsInRound() - round_steps_ : 0};
   carried_steps_ = 0;
   DropState();  // its steps are in this push: resuming them would count them twice
   if (overlap_) {  // train the next round while this one is pushed, aggregated and sent back
