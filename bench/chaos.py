@@ -9,16 +9,21 @@ local rounds (H inner steps of a fastest worker, measured in the failure-free as
 failure one of kill -9 (restarted after the downtime), SIGSTOP (SIGCONT after it) or a cut
 link (restored after it), the downtime uniform in [0.5, 1.5] rounds. Workers save their local
 training every --state_every_s (--state_file), so a killed one resumes what it had trained.
+A run ends as an operator ends one: links restored, stalls resumed, every worker sent SIGTERM
+(it pushes the steps trained since its last push, muloco-worker --leave_timeout_s) and given
+--drain_s to leave; nothing trained after the end is counted, nothing trained before is lost
+to the end itself.
 
 Reported per run: goodput (inner steps merged into the model / inner steps the workers could
 have computed in the wall time, each at its own mean speed in that run's rounds that no stall
-touched; also over the time each worker was up, and where that time went), the time to reach
+touched; also over the time each worker was up: neither killed nor stopped, a cut-off worker
+can still train; and where that time went), the time to reach
 the failure-free sync run's final validation loss, the validation loss at equal merged tokens
 against the same mode's failure-free run, and the longest wait between two round closes. Writes OUT/chaos.txt, chaos.json and, with
 gnuplot, chaos.png.
 
   bench/chaos.py [--build build] [--slowdowns 2,2,4,8] [--inner_steps 100] [--duration 150]
-                 [--mtbf_rounds 5] [--state_every_s 0.2] [--seed 0] [--no-adaptive_h] [--out bench/results/chaos]
+                 [--mtbf_rounds 5] [--state_every_s 0.2] [--drain_s 40] [--seed 0] [--no-adaptive_h] [--out bench/results/chaos]
 
 The async runs use muloco-server --adaptive_h unless --no-adaptive_h; the sync runs are the
 classic barrier (every worker takes H steps). The default throttles give speeds 1 : 1 : 2 : 4,
@@ -47,6 +52,7 @@ from harness import Proxy
 STAMP = r"^(\S+) \w+ "
 CLOSE_RE = re.compile(STAMP + r"\[server\] round (\d+) closed: (\d+) contributors.*?; (\d+) inner steps merged", re.M)
 EVAL_RE = re.compile(STAMP + r"\[worker \S+\] eval: round (\d+) val_loss ([\d.]+)", re.M)
+PARTING_RE = re.compile(r"pushed the (\d+) steps trained since the last push")
 TRAINED_RE = re.compile(STAMP + r"\[worker \S+\] round \d+: train_loss.*?trained ([\d.]+) s, waited [\d.]+ s, "
                         r"checksum \w+ ok(?: \((\d+) of \d+ inner steps\))?(?: \(\+(\d+) steps while)?", re.M)
 
@@ -65,6 +71,25 @@ def schedule(a, names, round_s):
             events.append((t, name, rng.choice(["kill", "stall", "cut"]), down))
             t += down  # a worker fails again only once it is back
     return sorted(events)
+
+
+def end(cluster, proxies, drain_s):
+    """The run's end: links restored, stalled workers resumed, then every worker stopped as an
+    operator stops one (SIGTERM: it pushes the steps it trained since its last push and
+    leaves) and given drain_s to; the steps counted are those trained before the end."""
+    for p in proxies.values():
+        p.restore()
+    live = [w for w in cluster.workers.values() if w.poll() is None]
+    for w in live:
+        w.send_signal(signal.SIGCONT)
+        w.send_signal(signal.SIGTERM)
+    deadline = time.time() + drain_s
+    for w in live:
+        try:
+            w.wait(timeout=max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            pass
+    time.sleep(min(1.0, drain_s))  # the last parting pushes' round closes (a grace window)
 
 
 def run(a, mode, events, logdir):
@@ -100,7 +125,8 @@ def run(a, mode, events, logdir):
                     proxies[n].restore()
             while pending and pending[0][0] <= now:
                 t, n, kind, down = pending.pop(0)
-                downtime[n] += min(down, a.duration - t)
+                if kind != "cut":  # a cut-off worker can still train: its time is up time
+                    downtime[n] += min(down, a.duration - t)
                 if kind == "kill":
                     cluster.workers[n].kill()
                 elif kind == "stall":
@@ -109,6 +135,7 @@ def run(a, mode, events, logdir):
                     proxies[n].cut()
                 recover.append((t + down, n, kind))  # before this worker's next failure
             time.sleep(0.02)
+        end(cluster, proxies, a.drain_s)
     finally:
         for p in cluster.procs:
             if p.poll() is None:
@@ -138,7 +165,6 @@ def seconds_per_step(rounds, stalls):
 def measure(a, cluster, names, t0, downtime, stalls):
     server = open(cluster.log("server")).read()
     closes = [(stamp(ts) - t0, int(r), int(steps)) for ts, r, _, steps in CLOSE_RE.findall(server)]
-    closes = [c for c in closes if c[0] <= a.duration]
     merged, cum = 0, {}
     for _, r, steps in closes:
         merged += steps
@@ -153,9 +179,8 @@ def measure(a, cluster, names, t0, downtime, stalls):
                 evals[int(r)] = (t, float(v))
         rounds = [(stamp(ts) - t0, float(s), int(k or a.inner_steps) + int(extra or 0))  # the steps it trained
                   for ts, s, k, extra in TRAINED_RE.findall(text)]
-        rounds = [r for r in rounds if r[0] <= a.duration]
-        step_s[n] = seconds_per_step(rounds, stalls[n])
-        landed += sum(k for _, _, k in rounds)
+        step_s[n] = seconds_per_step([r for r in rounds if r[0] <= a.duration], stalls[n])
+        landed += sum(k for _, _, k in rounds) + sum(int(k) for k in PARTING_RE.findall(text))
     gaps = [b[0] - a_[0] for a_, b in zip(closes, closes[1:])]
     return {"closes": len(closes), "merged_steps": merged, "landed_steps": landed, "step_s": step_s, "downtime": downtime,
             "evals": sorted((r, t, v, cum.get(r, 0)) for r, (t, v) in evals.items()),
@@ -222,8 +247,7 @@ def report(a, runs, out):
         f"{100 * t['merged_share_landed']:.1f}% as many" for k, t in table.items() if k.endswith("chaos"))
         + " (over 100%: pushes merged whose worker died before their update landed)")
     ceiling = {k: t["goodput_up"] / table[k.split("-")[0]]["goodput"] for k, t in table.items() if k.endswith("chaos")}
-    lines.append("\nagainst the same mode's failure-free run (whose steps still in training or in the air when the run "
-                 "ends count as lost too): " + "; ".join(f"{k} {100 * v:.1f}%" for k, v in ceiling.items()))
+    lines.append("\ngoodput over up time against the same mode's failure-free run's: " + "; ".join(f"{k} {100 * v:.1f}%" for k, v in ceiling.items()))
     lines.append(f"\nthe target: the failure-free sync run's final validation loss, {target:.4f} (mean of its last three "
                  "evaluations; a run reaches it when the mean of its last three does)")
     text = "\n".join(lines)
@@ -270,6 +294,8 @@ def main():
                    help="workers save their local training this often (muloco-worker --state_file) and a killed one "
                         "resumes it: 0.2 s is a tenth of a fastest worker's round here, as a worker's default 30 s is of "
                         "rounds of minutes; 0: off (a kill loses the training since the last push)")
+    p.add_argument("--drain_s", type=float, default=40,
+                   help="at the end, how long the stopped workers get to push what they trained and leave")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=os.path.join(HERE, "results", "chaos"))
     p.add_argument("--logs", default=None)

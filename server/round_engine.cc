@@ -307,6 +307,13 @@ double RoundEngine::GraceLocked() const {
   return std::clamp(a.grace_factor * median, a.grace_min_s, std::max(a.grace_min_s, a.grace_max_s));
 }
 
+size_t RoundEngine::QuorumLocked() const {
+  const double now = clock_->Now(), window = std::max(options_.async.grace_max_s, options_.heartbeat_timeout_s / 2);
+  size_t heard = 0;
+  for (const auto& [id, m] : members_) heard += now - m.last_seen <= window;
+  return std::clamp<size_t>(heard, 1, std::max<size_t>(1, options_.min_quorum));
+}
+
 absl::Status RoundEngine::HoldLocked(uint64_t worker_id, const std::string& participant, absl::string_view payload,
                                      uint64_t staleness, uint32_t steps) {
   if (pending_bytes_ + payload.size() > options_.max_round_bytes) {
@@ -358,7 +365,7 @@ void RoundEngine::MaybeCloseLocked() {
   if (done_ || pushed_.empty()) return;
   if (options_.async.enabled) {  // the quorum, then the grace window; nobody is waited for
     const double grace = GraceLocked();
-    if (quorum_pushes_ >= std::max<size_t>(1, options_.min_quorum) && clock_->Now() >= first_push_time_ + grace) {
+    if (quorum_pushes_ >= QuorumLocked() && clock_->Now() >= first_push_time_ + grace) {
       stats_.last_grace_s = grace;
       CloseRoundLocked();
     }

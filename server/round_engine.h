@@ -38,7 +38,12 @@
 // a session pushes once per round and never twice from one version). The round closes once
 // max(1, min_quorum) non-empty pushes are in and a grace window has passed since the first:
 // grace_factor x the median gap between the latest pushes (their arrival rate), within
-// [grace_min_s, grace_max_s]. Nobody is expected, so nobody is waited for and nobody misses.
+// [grace_min_s, grace_max_s]. Nobody is expected, so nobody is waited for and nobody misses:
+// the quorum counts only sessions heard from (a push, a heartbeat) within the last
+// max(grace_max_s, heartbeat_timeout_s / 2) (half the eviction time: several heartbeats of a
+// live worker), so when fewer than min_quorum are up (killed, stalled, cut off) it shrinks to
+// them (at least 1) and no round waits on a dead worker longer than that. Nothing a peer
+// sends shrinks a quorum of honest workers: only their own silence does.
 // A push s versions behind weighs (1 + s)^-staleness_power of its participant's weight.
 // With partial_steps, the round's outer gradient scales by the share of a full round it
 // merged (see AsyncOptions).
@@ -351,6 +356,8 @@ class RoundEngine {
   absl::Status CheckBaseLocked(uint64_t worker_id, const Member& m, uint64_t base) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Async: the grace window after a round's first push (see the top).
   double GraceLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Async: the pushes a round needs (see the top).
+  size_t QuorumLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records an accepted push from version `base` (the open round but in async mode);
   // `makes_round`: it counts towards the quorum.
   void AcceptLocked(uint64_t worker_id, Member& m, Participant& p, size_t bytes, bool makes_round, uint64_t base)

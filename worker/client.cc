@@ -202,7 +202,7 @@ absl::StatusOr<FetchedModel> ServerClient::FetchModel(uint64_t worker_id) {
     LogWarn("client", "model fetch: %s; resuming at parameter %zu (attempt %d of %d)",
             std::string(s.message()).c_str(), filled, attempt + 1, options_.fetch_attempts);
     if (filled > before) backoff.Reset();
-    Pause(backoff.Next());
+    Pause(backoff.Next(s.code()));
   }
   if (ParamChecksum(m.params.data(), m.params.size()) != m.checksum) {
     return absl::DataLossError("model checksum mismatch");

@@ -35,6 +35,9 @@ ABSL_FLAG(double, heartbeat_s, 5, "Seconds between heartbeats");
 ABSL_FLAG(double, connect_timeout_s, 60, "Keep retrying to join an unavailable server this long");
 ABSL_FLAG(double, retry_timeout_s, 600, "Keep retrying an unavailable server this long (restarts, cut links)");
 ABSL_FLAG(uint64_t, leave_after, 0, "Leave after contributing this many rounds (0: stay to the end of the run)");
+ABSL_FLAG(double, leave_timeout_s, 30,
+          "On SIGTERM/SIGINT, push the steps trained since the last push before leaving, letting the exchange in "
+          "flight land for at most this long first (0: drop them and leave at once; a second signal always does)");
 ABSL_FLAG(std::string, save_final, "", "If set, write the final parameters (raw fp32) here");
 ABSL_FLAG(int32_t, threads, 1, "LibTorch intra-op threads");
 ABSL_FLAG(std::string, metrics_listen, "",
@@ -96,7 +99,8 @@ ABSL_FLAG(uint64_t, sample_seed, 1, "--generate: sampling seed");
 
 namespace {
 
-// SIGTERM / SIGINT: the worker leaves the run and exits 0. The handler is one-shot
+// SIGTERM / SIGINT: the worker pushes what it trained since its last push (--leave_timeout_s),
+// leaves the run and exits 0. The handler is one-shot
 // (SA_RESETHAND), so a second signal kills the worker at once.
 std::atomic<int> stop_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "a signal handler may only touch lock-free atomics");
@@ -117,9 +121,10 @@ absl::StatusOr<muloco::WorkerOptions> OptionsFromFlags() {
   using namespace muloco;
   if (absl::GetFlag(FLAGS_threads) < 1 || !(absl::GetFlag(FLAGS_heartbeat_s) > 0) ||
       !(absl::GetFlag(FLAGS_progress_s) >= 0) || !(absl::GetFlag(FLAGS_stall_timeout_s) > 0) ||
+      !(absl::GetFlag(FLAGS_leave_timeout_s) >= 0) ||
       absl::GetFlag(FLAGS_chunk_bytes) < 1024 || absl::GetFlag(FLAGS_chunk_bytes) > (4u << 20)) {
     return absl::InvalidArgumentError(
-        "--threads must be >= 1, --heartbeat_s > 0, --progress_s >= 0, --stall_timeout_s > 0, "
+        "--threads must be >= 1, --heartbeat_s > 0, --progress_s >= 0, --stall_timeout_s > 0, --leave_timeout_s >= 0, "
         "--chunk_bytes in [1024, 4 MiB]");
   }
   WorkerOptions o;
@@ -133,6 +138,7 @@ absl::StatusOr<muloco::WorkerOptions> OptionsFromFlags() {
   o.defer_eval = absl::GetFlag(FLAGS_defer_eval);
   o.retry_timeout_s = absl::GetFlag(FLAGS_retry_timeout_s);
   o.leave_after = absl::GetFlag(FLAGS_leave_after);
+  o.leave_timeout_s = absl::GetFlag(FLAGS_leave_timeout_s);
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   o.tls = ClientTls{absl::GetFlag(FLAGS_insecure), absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert),
                     absl::GetFlag(FLAGS_tls_key)};

@@ -20,8 +20,9 @@ const char* TransientReason(absl::StatusCode code) {
   }
 }
 
-double Backoff::Next() {
-  const double wait = next_s_ * std::uniform_real_distribution<>(0.5, 1.5)(rng_);
+double Backoff::Next(absl::StatusCode why) {
+  const double step = why == absl::StatusCode::kUnavailable ? std::min(next_s_, kUnreachableMaxS) : next_s_;
+  const double wait = step * std::uniform_real_distribution<>(0.5, 1.5)(rng_);
   next_s_ = std::min(max_s_, next_s_ * 2);
   return wait;
 }

@@ -1,5 +1,6 @@
 // The worker's one retry policy: which failures are transient, and how long to wait before
-// the next try (exponential backoff from 0.1 s to 5 s with ±50% jitter). Session calls go
+// the next try (exponential backoff from 0.1 s to 5 s with ±50% jitter; at most 1 s while the
+// server is unreachable, see Backoff::Next). Session calls go
 // through Retry (worker/session.cc); the gRPC client paces the resumed pieces of one model
 // fetch with the same Backoff. A long poll that ends with the round still open (AwaitRound's
 // DEADLINE_EXCEEDED) is not a failure: it is asked again at once, without backoff.
@@ -27,7 +28,12 @@ class Backoff {
  public:
   explicit Backoff(double first_s = 0.1, double max_s = 5) : first_s_(first_s), max_s_(max_s), next_s_(first_s) {}
   // The wait before the next try: the current step ±50%, then the step doubles (up to max_s).
-  double Next();
+  // After UNAVAILABLE (the server down, the link cut) the wait is at most kUnreachableMaxS:
+  // asking an unreachable server again costs it nothing (the channel paces its reconnects
+  // itself, at most 2 s apart: worker/client.cc), and a longer wait only delays the first
+  // call once the link is back. A busy server (RESOURCE_EXHAUSTED) is given the full backoff.
+  static constexpr double kUnreachableMaxS = 1;
+  double Next(absl::StatusCode why = absl::StatusCode::kUnknown);
   // Back to the first step (after progress).
   void Reset() { next_s_ = first_s_; }
 
@@ -56,7 +62,7 @@ auto Retry(F fn, double timeout_s, const std::function<bool(double)>& nap, const
     if (reason == nullptr || waited > timeout_s) return result;
     if (code != logged) LogWarn(log_tag, "%s (%s); retrying", reason, std::string(StatusOf(result).message()).c_str());
     logged = code;
-    if (!nap(backoff.Next())) return result;
+    if (!nap(backoff.Next(code))) return result;
   }
 }
 

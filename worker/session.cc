@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/file_io.h"
 #include "common/histogram.h"
 #include "codec/checksum.h"
@@ -147,9 +148,12 @@ class WorkerSession {
   // is done).
   absl::StatusOr<bool> Land();
   // After a flight ended in a resync (its push refused or lost): in an asynchronous run the
-  // round in training moves onto the fetched model as onto a landed update, so only the lost
-  // push's steps are lost (true); a synchronous run starts its next round afresh (false).
-  bool KeepAfterResync();
+  // round in training moves onto the fetched model as onto a landed update (true); when the
+  // push never got in (`push_refused`: too stale, or the server had forgotten this worker)
+  // its own steps carry on with it, counted in the round's steps; a push that got in but
+  // whose round was lost is not carried (it may have counted). A synchronous run starts its
+  // next round afresh (false).
+  bool KeepAfterResync(bool push_refused);
   // Trains round r from the public model, or (continuing, with --overlap) on from where the
   // last round's training left off; an update in flight lands between steps (Land).
   Trained Train(uint64_t r, bool continuing);
@@ -176,6 +180,11 @@ class WorkerSession {
   // Leaves on a stop signal; the round in progress is dropped, the exchange in flight (if
   // any) is waited for (its await is cancelled). Returns 0.
   int Stop();
+  // On a stop signal mid-round r (t: its training so far): lands the exchange in flight, if
+  // any (the stop watcher gives it --leave_timeout_s), pushes the steps trained since the last
+  // push, counted as what they are (token weighting), then Stop()s. Their update is not
+  // awaited; a push that fails is logged and dropped. Without such steps: Stop() at once.
+  int Part(uint64_t r, bool continuing, Trained t);
   // The end-of-run table: rounds, tokens, throughput, bytes, validation loss, wall time.
   void LogSummary() const;
   // --state_file: saves the training since the last push (or since the public model it
@@ -222,6 +231,7 @@ class WorkerSession {
   uint32_t round_steps_ = 0;           // the steps of the round training now (the server's tell, else H)
   uint32_t carried_steps_ = 0;         // of the round training now: steps trained before a restart (Resume)
   bool resumed_ = false;               // the next round trains on from a resumed state
+  std::atomic<bool> unpushed_{false};  // a round trains whose steps no push holds (read by the stop watcher)
   bool state_failed_ = false;          // the last save failed (logged once a streak)
   std::chrono::steady_clock::time_point saved_at_ = std::chrono::steady_clock::now();  // SaveState
   int bad_rounds_ = 0;                 // rejected updates in a row (Sound)
@@ -267,6 +277,7 @@ int WorkerSession::Fail(const absl::Status& s) {
 }
 
 int WorkerSession::Stop() {
+  unpushed_.store(false);  // the watcher cancels the flight's await
   flight_.Drop();
   Logf(tag_.c_str(), "leaving: %s at round %llu", SignalName(o_.stop_signal->load()),
        static_cast<unsigned long long>(pub_.round()));
@@ -274,6 +285,32 @@ int WorkerSession::Stop() {
   core_.Leave();
   LogSummary();
   return 0;
+}
+
+int WorkerSession::Part(uint64_t r, bool continuing, Trained t) {
+  if (!unpushed_.load() || StepsInRound() == 0 || o_.leave_timeout_s <= 0) return Stop();
+  if (flight_.active()) {  // the watcher leaves its await alone for --leave_timeout_s
+    t.keep = Land();
+    if (!t.keep.ok() || !*t.keep) return Stop();
+  }
+  if (continuing) trainer_->DeltaFrom(pub_.params().data());
+  if (!trainer_->delta().AllWithin(kMaxAbsValue)) return Stop();
+  if (KindsOf(config_).async) r = pub_.round();
+  const uint32_t steps = std::min(StepsInRound(), round_steps_);  // as Push: steps past the tell are not claimed
+  absl::StatusOr<std::string> payload = core_.uplink().Encode(trainer_->delta().data(), r);
+  if (!payload.ok()) return Stop();
+  const PushedRound pushed{r, payload->size(), t.loss, t.seconds, steps, steps * tokens_per_step_, 0};
+  unpushed_.store(false);  // the watcher cancels the round's await now: the push is what counts
+  const Exchanged x = core_.Exchange(*payload, pushed);
+  if (x.stage == Exchanged::kPush) {
+    LogWarn(tag_.c_str(), "the %u steps trained since the last push were not pushed (%s)", steps,
+            x.status.ToString().c_str());
+  } else {
+    DropState();  // they are in the push
+    Logf(tag_.c_str(), "pushed the %u steps trained since the last push (from round %llu) before leaving", steps,
+         static_cast<unsigned long long>(r));
+  }
+  return Stop();
 }
 
 void WorkerSession::LogSummary() const {
@@ -315,11 +352,15 @@ int WorkerSession::Run() {
       },
       &metrics_failed);
   if (metrics_failed) return 2;
-  // Cancels a round's long poll at once on a stop signal (checks elsewhere are between steps;
-  // polled: a signal handler can only set a flag).
+  // Cancels a round's long poll on a stop signal (checks elsewhere are between steps; polled:
+  // a signal handler can only set a flag): at once, or, while trained steps wait for their
+  // push (Part), once the exchange in flight has had --leave_timeout_s to land.
   if (o_.stop_signal != nullptr) {
-    stop_watcher_ = std::make_unique<PeriodicThread>(0.05, [this] {
+    stop_watcher_ = std::make_unique<PeriodicThread>(0.05, [this, since = std::chrono::steady_clock::time_point{}]() mutable {
       if (o_.stop_signal->load() == 0) return true;
+      const auto now = std::chrono::steady_clock::now();
+      if (since == std::chrono::steady_clock::time_point{}) since = now;
+      if (unpushed_.load() && Seconds(now - since) < o_.leave_timeout_s) return true;
       core_.transport().CancelAwaits();
       return false;
     });
@@ -335,7 +376,7 @@ int WorkerSession::Run() {
     }
     Trained t = Train(r, continuing);
     resumed_ = false;
-    if (Stopping()) return Stop();  // never push a partial round
+    if (Stopping()) return Part(r, continuing, t);
     if (t.keep.ok() && *t.keep && flight_.active()) t.keep = Land();
     if (!t.keep.ok()) return Fail(t.keep.status());
     if (!*t.keep || done_ || r >= config_.total_rounds()) continue;
@@ -442,6 +483,7 @@ bool WorkerSession::Resume() {
 }
 
 void WorkerSession::MaybeEvaluate(bool final) {
+  if (Stopping()) return;  // leaving: no time for it
   const uint64_t r = pub_.round();
   const bool due = config_.eval_every() && r % config_.eval_every() == 0 && r != last_eval_;
   if (!due && !final) return;
@@ -474,7 +516,9 @@ absl::StatusOr<bool> WorkerSession::Land() {
   const Exchanged x = flight_.Land(&wait_s_);
   absl::StatusOr<bool> applied = core_.Settle(x, flight_.pushed(), wait_s_);
   if (!applied.ok()) return applied;
-  if (!*applied) return KeepAfterResync();
+  // A push that never got in (refused: too stale, or the server forgot this worker) holds
+  // training that no round merged: it carries on too.
+  if (!*applied) return KeepAfterResync(x.stage == Exchanged::kPush && x.status.code() != absl::StatusCode::kInvalidArgument);
   if (Finished(x)) {
     done_ = true;
     return false;
@@ -487,12 +531,17 @@ absl::StatusOr<bool> WorkerSession::Land() {
   return true;
 }
 
-bool WorkerSession::KeepAfterResync() {
+bool WorkerSession::KeepAfterResync(bool push_refused) {
   if (!KindsOf(config_).async || pub_.round() >= config_.total_rounds()) return false;
+  const uint32_t refused = push_refused ? flight_.pushed().steps + flight_.pushed().extra : 0;
+  if (refused > 0) {
+    trainer_->UnmarkPush();
+    carried_steps_ += refused;
+  }
   trainer_->Rebase(pub_.params().data());
-  Logf(tag_.c_str(), "round %llu: the %u steps trained since the lost push carry on from round %llu's model",
+  Logf(tag_.c_str(), "round %llu: the %u steps trained since the lost push%s carry on from round %llu's model",
        static_cast<unsigned long long>(flight_.pushed().round + 1), steps_done_,
-       static_cast<unsigned long long>(pub_.round()));
+       refused ? absl::StrFormat(" and its own %u", refused).c_str() : "", static_cast<unsigned long long>(pub_.round()));
   return true;
 }
 
@@ -502,6 +551,7 @@ WorkerSession::Trained WorkerSession::Train(uint64_t r, bool continuing) {
   steps_done_ = 0;
   if (r >= config_.total_rounds()) return t;
   round_steps_ = signmuon_ ? 1 : core_.InnerSteps();  // at the start; fewer when told so mid-round
+  unpushed_.store(!signmuon_);  // a stop signal from here on ends in Part
   const auto train_start = std::chrono::steady_clock::now();
   RoundProgress progress(tag_, o_.progress_s, r, round_steps_, tokens_per_step_);
   auto step_start = train_start;
@@ -591,6 +641,7 @@ absl::Status WorkerSession::Push(uint64_t r, const Trained& t) {
                            round_steps_ * tokens_per_step_,
                            StepsInRound() > round_steps_ ? StepsInRound() - round_steps_ : 0};
   carried_steps_ = 0;
+  unpushed_.store(false);
   DropState();  // its steps are in this push: resuming them would count them twice
   if (overlap_) {  // train the next round while this one is pushed, aggregated and sent back
     trainer_->MarkPush();

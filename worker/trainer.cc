@@ -226,6 +226,11 @@ DeviceFloats& Trainer::delta() { return impl_->delta; }
 
 void Trainer::MarkPush() { impl_->pushed = impl_->Flat(); }
 
+void Trainer::UnmarkPush() {
+  torch::NoGradGuard no_grad;
+  impl_->pushed.add_(TensorOf(impl_->delta));
+}
+
 std::string Trainer::SaveState(const float* base) const {
   const Impl& m = *impl_;
   torch::serialize::OutputArchive out;

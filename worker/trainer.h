@@ -59,6 +59,10 @@ class Trainer {
   // Rebase(pub) moves the parameters onto the new public model keeping the progress since:
   // θ ← θ + (pub − θ_push); DeltaFrom(pub) sets delta() = pub − θ. `pub`: host memory.
   void MarkPush();
+  // The push was refused (never merged): its progress counts again, θ_push ← θ_push + delta()
+  // (the model it was pushed from), so that Rebase(pub) keeps it along with what came since.
+  // Call before the next DeltaFrom.
+  void UnmarkPush();
   void Rebase(const float* pub);
   void DeltaFrom(const float* pub);
 

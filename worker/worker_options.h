@@ -25,6 +25,9 @@ struct WorkerOptions {
   // instead of evaluating it here: keeps evaluation out of the training's time.
   std::string defer_eval;
   uint64_t leave_after = 0;                // leave after contributing this many rounds (0: stay to the end)
+  // On a stop signal, push the steps trained since the last push before leaving, letting an
+  // exchange in flight land for at most this long first (0: drop them and leave at once).
+  double leave_timeout_s = 30;
   std::string metrics_listen;              // serve Prometheus metrics here ("host:port"; empty: off)
   ClientTls tls;                           // transport security (TLS unless tls.insecure)
   std::string tls_server_name;             // name the server's certificate must carry (empty: --server's host)
@@ -48,7 +51,7 @@ struct WorkerOptions {
   bool init_from_seed = true;
   ComputeDevice device;                    // where training, error feedback and the uplink encoder run
   // Set by main's SIGTERM/SIGINT handler to the signal's number (null: never stops). Once
-  // nonzero the worker drops the round in progress, sends Leave and exits 0.
+  // nonzero the worker pushes the round in progress (leave_timeout_s), sends Leave and exits 0.
   const std::atomic<int>* stop_signal = nullptr;
 };
 

@@ -8,8 +8,10 @@ it joins, takes up the training saved in its --state_file (rebased onto the curr
 contributes and ends on the server's model too; a garbage state file is refused and its
 worker trains afresh. A fast worker whose round waits for the quorum trains on instead of waiting (the steps past
 its tell unclaimed). A worker stopped (SIGSTOP) until its
-replica is too stale: its push is refused, and the steps it trained since carry on from the
-fetched model."""
+replica is too stale: its push is refused, and its steps and those it trained since carry on
+from the fetched model. A worker stopped with SIGTERM while its push waits for the quorum lands that
+push, pushes the steps it trained since, and leaves; the quorum (2) then shrinks to the one
+worker still heard from, which finishes the run alone."""
 import os
 import re
 import signal
@@ -105,13 +107,36 @@ class Async(ClusterTest):
         after = max(int(r) for r in re.findall(r"round (\d+) closed", server.text())) + 4
         self.wait_for(server, rf"round {after} closed", 60)  # its replica is now over 1 version behind
         sleeper.p.send_signal(signal.SIGCONT)
-        # Its next push is refused as too stale; the steps trained since move onto the fetched
-        # model (before, they were dropped with the push), and its later pushes count.
-        carried = self.wait_for(sleeper, r"the (\d+) steps trained since the lost push carry on", 60)
+        # Its next push is refused as too stale; its steps and those trained since move onto
+        # the fetched model (before, both were dropped with the push), and its later pushes count.
+        carried = self.wait_for(sleeper, r"the (\d+) steps trained since the lost push and its own (\d+) carry on", 60)
+        self.assertGreaterEqual(int(carried.group(2)), 1)
         self.finish(server, workers, names)
         later = sleeper.text()[sleeper.text().index(carried.group(0)):]
         self.assertGreaterEqual(len(SETTLED.findall(later)), 1, later[-3000:])
         self.assertIn("versions behind round", sleeper.text())
+
+    def test_a_stopped_worker_pushes_its_last_steps_and_the_quorum_shrinks(self):
+        server, addr = self.start_server(*ASYNC, "--rounds=12", f"--save_final={self.path('server.bin')}")
+        leaver = self.start_worker(addr, "--name=leaver", "--slowdown=2", "--progress_s=0.02", name="leaver")
+        slow = self.start_worker(addr, "--name=slow", f"--save_final={self.path('slow.bin')}", "--slowdown=8",
+                                 name="slow")
+        # Mid-round (a progress line), its last push waiting for the slow worker's.
+        self.wait_for(leaver, r"round [3-9]: step \d+/", 120)
+        leaver.p.send_signal(signal.SIGTERM)
+        self.assertEqual(leaver.wait(timeout=60), 0, leaver.text()[-3000:])
+        parting = re.search(r"pushed the (\d+) steps trained since the last push \(from round (\d+)\) before leaving",
+                            leaver.text())
+        self.assertIsNotNone(parting, leaver.text()[-3000:])
+        steps, base = int(parting.group(1)), int(parting.group(2))
+        print(f"the leaver's parting push: {steps} steps from version {base}")
+        self.assertGreater(steps, 0)
+        self.finish(server, [slow], ["slow"])  # alone: min_quorum 2 would have held every round
+        merged = {int(r): int(k) for r, k in re.findall(r"round (\d+) closed: .*?; (\d+) inner steps merged",
+                                                         server.text())}
+        # It counts in the round open when it arrived: `base`'s, or a later one had that closed.
+        self.assertGreaterEqual(max(merged.get(r, 0) for r in range(base, base + 3)), steps, server.text()[-3000:])
+        self.assertEqual(len(merged), 12)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Operating a worker: readable progress while a round trains (--progress_s), the end-of-run
-summary table, graceful stops (SIGTERM / SIGINT make a worker send Leave and exit 0,
-without pushing a half-trained round, even while it waits on a round's long poll), and
+summary table, graceful stops (SIGTERM / SIGINT make a worker push the steps it trained since
+its last push, counted as what they are, send Leave and exit 0; with --leave_timeout_s=0 it
+drops them; a worker waiting on a round's long poll leaves at once), and
 evaluation outside the training: --defer_eval writes the models a worker would have
 evaluated, and --evaluate gives the same losses afterwards."""
 import datetime
@@ -119,11 +120,27 @@ class GracefulStop(ClusterTest):
         self.assertRegex(w.text(), r"summary: rounds +\d+")
         self.assertIsNone(server.p.poll(), "the server keeps serving")
 
-    def test_sigterm_mid_round_drops_the_partial_round(self):
-        # One worker, quorum 1: a push would close round 0 at once, so no "round 0 closed"
-        # after the worker has left means the half-trained round never went out.
+    def test_sigterm_mid_round_pushes_the_steps_trained(self):
+        # One worker, quorum 1: its parting push closes round 0 at once, merging exactly the
+        # steps it says it trained (of the 100000 it was to take).
         server, addr = self.start_server(*TINY, "--rounds=10", "--inner_steps=100000")
         w = self.start_worker(addr, "--name=w0", "--progress_s=0.1", name="w0")
+        wid = self.worker_id(w)
+        self.wait_for(w, r"round 0: step \d+/100000", timeout=60)
+        w.p.send_signal(signal.SIGTERM)
+        self.assert_left(server, w, wid, "SIGTERM")
+        steps = int(re.search(r"pushed the (\d+) steps trained since the last push \(from round 0\) before leaving",
+                              w.text()).group(1))
+        self.assertGreater(steps, 0)
+        self.assertLess(steps, 100000)
+        closed = self.wait_for(server, r"round 0 closed: 1 contributors.*?; (\d+) inner steps merged", timeout=10)
+        self.assertEqual(int(closed.group(1)), steps)
+
+    def test_sigterm_mid_round_with_no_leave_time_drops_the_partial_round(self):
+        # As above, but --leave_timeout_s=0: no "round 0 closed" after the worker has left
+        # means the half-trained round never went out.
+        server, addr = self.start_server(*TINY, "--rounds=10", "--inner_steps=100000")
+        w = self.start_worker(addr, "--name=w0", "--progress_s=0.1", "--leave_timeout_s=0", name="w0")
         wid = self.worker_id(w)
         self.wait_for(w, r"round 0: step \d+/100000", timeout=60)
         w.p.send_signal(signal.SIGTERM)

@@ -750,6 +750,39 @@ TEST(RoundEngine, AsyncMergesTheQuorumAndLaterAStalePushWithoutWaiting) {
   EXPECT_EQ(ParamChecksum(replica.data(), 4), u1->checksum);
 }
 
+// The quorum (2) counts only the sessions heard from within max(grace_max_s, heartbeat
+// timeout / 2) (1 s here): with c dead and b gone silent, a's lone push waits only until b has
+// been silent that long; once b is heard again the quorum is 2 again.
+TEST(RoundEngine, AsyncQuorumShrinksToTheSessionsStillHeardFrom) {
+  EngineOptions o = AsyncOptionsForTest();
+  o.heartbeat_timeout_s = 2;
+  Fixture f(o);
+  auto a = f.engine.Join("a"), b = f.engine.Join("b");
+  f.engine.Join("c");
+  f.clock.Advance(0.5);
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 0, DensePayload({1, 1, 1, 1})).ok());
+  ASSERT_TRUE(f.engine.Heartbeat(b.worker_id).ok());
+  f.clock.Advance(0.9);  // c silent 1.4 s, b 0.9 s: a quorum of 2, one push in
+  ASSERT_TRUE(f.engine.Heartbeat(a.worker_id).ok());
+  f.engine.Tick();
+  EXPECT_EQ(f.engine.OpenRound(), 0u);
+  f.clock.Advance(0.2);  // b silent 1.1 s: only a is heard from
+  f.engine.Tick();
+  ASSERT_EQ(f.engine.OpenRound(), 1u);
+  auto u = f.engine.AwaitRound(0, 0);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->contributors, 1u);
+  ASSERT_TRUE(f.engine.Heartbeat(b.worker_id).ok());  // b is back
+  ASSERT_TRUE(f.engine.Push(a.worker_id, 1, DensePayload({1, 1, 1, 1})).ok());
+  f.clock.Advance(0.5);
+  f.engine.Tick();
+  EXPECT_EQ(f.engine.OpenRound(), 1u);
+  ASSERT_TRUE(f.engine.Push(b.worker_id, 1, DensePayload({1, 1, 1, 1})).ok());
+  f.clock.Advance(0.5);  // the grace window (the gaps' median 0.8 s x 2, at most 1 s)
+  f.engine.Tick();
+  EXPECT_EQ(f.engine.OpenRound(), 2u);
+}
+
 // A push from a version too old, or not yet published, is refused (fetch the model); a
 // session pushes once per round and never twice from one version, also once the round closed.
 TEST(RoundEngine, AsyncRefusesStaleFutureAndRepeatedVersions) {

@@ -1,6 +1,7 @@
 // The worker core's pieces without a server: Uplink (staged error feedback: a refused push
 // loses nothing, and decoded payloads + residual always equal the inputs) and Replica
-// (applies an update only for its round and only when the checksum agrees).
+// (applies an update only for its round and only when the checksum agrees), and the retry
+// Backoff (short waits while the server is unreachable).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include "codec/checksum.h"
 #include "codec/codec.h"
 #include "worker/replica.h"
+#include "worker/retry.h"
 #include "worker/uplink.h"
 
 namespace muloco {
@@ -80,6 +82,16 @@ TEST(Replica, AppliesOnlyItsRoundAndOnlyWithTheServersChecksum) {
   EXPECT_EQ(r.round(), 4u);
   EXPECT_EQ(r.checksum(), u.checksum);
   EXPECT_EQ(r.params(), expected);
+}
+
+// An unreachable server is asked again at most kUnreachableMaxS (±50%) apart however long
+// it stays away; a busy one gets the whole exponential backoff (5 s ±50% after 6 doublings).
+TEST(Backoff, UnreachableWaitsStayShortBusyOnesGrow) {
+  Backoff b;
+  for (int i = 0; i < 20; ++i) EXPECT_LE(b.Next(absl::StatusCode::kUnavailable), 1.5 * Backoff::kUnreachableMaxS);
+  EXPECT_GE(b.Next(absl::StatusCode::kResourceExhausted), 2.5);
+  b.Reset();
+  EXPECT_LE(b.Next(absl::StatusCode::kResourceExhausted), 0.15);
 }
 
 }  // namespace
