@@ -415,7 +415,7 @@ void RoundEngine::RecordScreeningLocked(const std::vector<std::string>& keys, co
   }
 }
 
-size_t RoundEngine::AggregateLocked(std::map<uint64_t, std::vector<LandedRange>>* landed, size_t* merged) {
+size_t RoundEngine::AggregateLocked(std::map<uint64_t, std::vector<LandedRange>>* landed, Merged* merged) {
   // Participants in key order, each one's sessions in id order: a fixed order, so the same
   // pushes give the same bits however they arrived.
   std::map<std::string, std::vector<const Pending*>> by_key;
@@ -445,11 +445,14 @@ size_t RoundEngine::AggregateLocked(std::map<uint64_t, std::vector<LandedRange>>
   const std::vector<Verdict> verdicts = aggregator_.Aggregate(in, sum_.data());
   RecordScreeningLocked(keys, in, verdicts);
   size_t counted = 0;
-  *merged = 0;
+  *merged = Merged{};
   const std::vector<ScreenChunk>& chunks = aggregator_.chunks();
   for (size_t i = 0; i < verdicts.size(); ++i) {
     counted += verdicts[i].weight > 0;
-    if (verdicts[i].weight > 0) *merged += by_key[keys[i]].size();
+    if (verdicts[i].weight > 0) {
+      merged->pushes += by_key[keys[i]].size();
+      for (const Pending* h : by_key[keys[i]]) merged->steps += h->steps;
+    }
     std::vector<LandedRange> ranges;
     for (size_t c = 0; c < chunks.size(); ++c) {
       if (verdicts[i].landed[c] < 1.0f) ranges.push_back(LandedRange{chunks[c].offset, chunks[c].numel, verdicts[i].landed[c]});
@@ -457,8 +460,6 @@ size_t RoundEngine::AggregateLocked(std::map<uint64_t, std::vector<LandedRange>>
     if (ranges.empty()) continue;
     for (const Pending* h : by_key[keys[i]]) (*landed)[h->worker_id] = ranges;
   }
-  pending_.clear();
-  pending_bytes_ = 0;
   return counted;
 }
 
@@ -515,7 +516,7 @@ size_t RoundEngine::TallyVotesLocked() {
   return contributors;
 }
 
-std::string RoundEngine::CloseNoteLocked() const {
+std::string RoundEngine::CloseNoteLocked(const Merged& merged) const {
   std::string note;
   if (options_.async.enabled) {
     uint64_t stale = 0, lag = 0;
@@ -527,20 +528,26 @@ std::string RoundEngine::CloseNoteLocked() const {
   if (options_.inner_steps && options_.aggregation == Aggregation::kMean) {
     uint64_t steps = 0;
     for (const Pending& p : pending_) steps += p.steps;
-    absl::StrAppendFormat(&note, "; %llu inner steps merged", static_cast<unsigned long long>(steps));
+    absl::StrAppendFormat(&note, "; %llu inner steps merged", static_cast<unsigned long long>(merged.steps));
+    if (merged.steps < steps) {
+      absl::StrAppendFormat(&note, " (%llu more screened out)", static_cast<unsigned long long>(steps - merged.steps));
+    }
   }
   return note;
 }
 
 void RoundEngine::CloseRoundLocked() {
   const auto close_start = std::chrono::steady_clock::now();
-  std::string note = CloseNoteLocked();
   auto landed = std::make_shared<std::map<uint64_t, std::vector<LandedRange>>>();
   // sum_ = the vote's sign, or the screened mean pseudo-gradient
-  size_t merged = pending_.size();  // pushes that screening left in
+  Merged merged{pending_.size(), 0};
   const size_t contributors =
       options_.aggregation == Aggregation::kVote ? TallyVotesLocked() : AggregateLocked(landed.get(), &merged);
-  const double share = options_.async.enabled && options_.async.partial_steps ? MergedShareLocked(merged) : 1.0;
+  std::string note = CloseNoteLocked(merged);
+  stats_.inner_steps_merged += merged.steps;
+  pending_.clear();
+  pending_bytes_ = 0;
+  const double share = options_.async.enabled && options_.async.partial_steps ? MergedShareLocked(merged.pushes) : 1.0;
   if (share < 1) absl::StrAppendFormat(&note, "; step x%.2f", share);
   ScaleSumLocked(static_cast<float>(share));
   outer_.Step(theta_true_.data(), sum_.data(), num_params_);

@@ -210,6 +210,7 @@ struct EngineStats {
   uint64_t straggler_waits = 0;  // rounds that waited out the straggler deadline for a missing participant
   uint64_t stale_pushes = 0, staleness_sum = 0;  // async: pushes merged from an older version, their total lag
   uint64_t inner_steps_accepted = 0;  // inner steps of accepted pushes, as counted (claims capped)
+  uint64_t inner_steps_merged = 0;    // of those, in pushes that screening left in (kMean)
   uint64_t capped_step_claims = 0;    // pushes that claimed more inner steps than the cap
   uint64_t steps_told_below_h = 0;    // adaptive_h: heartbeat replies that told fewer than H steps
   double last_grace_s = 0;       // async: the grace window the last round closed after
@@ -376,9 +377,14 @@ class RoundEngine {
   // A push for `round` from a participant one round late: proves it (once its backoff passed).
   absl::Status LatePushLocked(Member& m, uint64_t round, const std::function<absl::Status(int32_t*)>& validate)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The held pushes that screening left in (those of participants it did not weigh 0).
+  struct Merged {
+    size_t pushes = 0;
+    uint64_t steps = 0;  // the inner steps they count for
+  };
   // Aggregates the held pushes into sum_ (the mean); returns how many participants counted,
-  // and in *merged how many pushes (those of participants screening did not weigh 0).
-  size_t AggregateLocked(std::map<uint64_t, std::vector<LandedRange>>* landed, size_t* merged)
+  // and in *merged what it took in.
+  size_t AggregateLocked(std::map<uint64_t, std::vector<LandedRange>>* landed, Merged* merged)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a round's verdicts in the stats and, when any update did not count in full, logs them.
   // A verdict's share is of its contribution's weight (token and staleness weighting are not screening).
@@ -389,8 +395,9 @@ class RoundEngine {
   size_t ExpectedInLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // θ_pub += decode(C(θ_true − θ_pub)); returns the payload.
   std::shared_ptr<const std::string> PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // What a close's log line adds: the held pushes' staleness (async) and inner steps.
-  std::string CloseNoteLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a close's log line adds: the held pushes' staleness (async) and the inner steps
+  // merged (and any that screening left out).
+  std::string CloseNoteLocked(const Merged& merged) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // sum_ *= s (the outer gradient before the step); nothing at 1.
   void ScaleSumLocked(float s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Async: the share of a full round the round merged (see AsyncOptions::partial_steps): its

@@ -58,6 +58,8 @@ std::vector<MetricSample> EngineMetrics(const EngineStats& e, uint64_t dense_pay
        d(e.staleness_sum)},
       {"muloco_inner_steps_accepted_total", "Inner steps of accepted pushes, as counted (claims over the cap capped)",
        true, d(e.inner_steps_accepted)},
+      {"muloco_inner_steps_merged_total", "Inner steps of the pushes merged into the model (screening left them in): "
+       "the run's goodput, with the workers' capacity", true, d(e.inner_steps_merged)},
       {"muloco_capped_step_claims_total", "Pushes that claimed more inner steps than the server told their worker",
        true, d(e.capped_step_claims)},
       {"muloco_steps_told_below_h_total", "--adaptive_h: heartbeat replies telling a worker fewer inner steps than H",

@@ -872,6 +872,7 @@ TEST(RoundEngine, AsyncShareCountsOnlyThePushesScreeningLeftIn) {
   EngineOptions o = AsyncOptionsForTest();
   o.async.partial_steps = true;
   o.screen = Fixture::Defaults().screen;
+  o.inner_steps = 10;
   Fixture f(o, 4);
   std::vector<RoundEngine::Joined> w;
   for (const char* name : {"a", "b", "c", "evil"}) w.push_back(f.engine.Join(name));
@@ -882,11 +883,14 @@ TEST(RoundEngine, AsyncShareCountsOnlyThePushesScreeningLeftIn) {
   const std::vector<float> before = *f.engine.Snapshot().params;
   ASSERT_TRUE(f.engine.Push(w[0].worker_id, 1, DensePayload({1, 0.2f, 0, 0})).ok());
   ASSERT_TRUE(f.engine.Push(w[1].worker_id, 1, DensePayload({1, -0.2f, 0, 0})).ok());
-  ASSERT_TRUE(f.engine.Push(w[3].worker_id, 1, DensePayload({-1.2f, 0, 0, 0})).ok());
+  ASSERT_TRUE(f.engine.Push(w[3].worker_id, 1, DensePayload({-1.2f, 0, 0, 0}), 7).ok());
   f.clock.Advance(1.0);
   f.engine.Tick();
   ASSERT_EQ(f.engine.OpenRound(), 2u);
   EXPECT_EQ(f.engine.Stats().screened.at("evil").rejected, 1u);
+  // Merged: round 0's four whole pushes and round 1's two; evil's 7 steps were accepted, not merged.
+  EXPECT_EQ(f.engine.Stats().inner_steps_accepted, 6 * 10u + 7);
+  EXPECT_EQ(f.engine.Stats().inner_steps_merged, 6 * 10u);
   const std::vector<float> p = *f.engine.Snapshot().params;
   EXPECT_FLOAT_EQ(p[0], before[0] - 0.5f * 1.0f);  // the mean of a and b, by 2 pushes of 4
   EXPECT_FLOAT_EQ(p[1], before[1]);
