@@ -59,6 +59,10 @@ ABSL_FLAG(bool, open_join, false, "Let anyone join without a token (public runs)
 ABSL_FLAG(std::string, robust, "clip",
           "Robust aggregation of the updates (server/screen.h): clip (per-tensor norm bounds, direction and size "
           "checks), reject (an update over a bound is left out), trimmed (coordinate-wise trimmed mean) or off");
+ABSL_FLAG(double, screen_trend, -1,
+          "Screening's direction check with fewer than 3 pushes in a round compares each update with the past "
+          "rounds' aggregates, each older one weighing this x the next (0: last round's alone; -1: 0.5 with "
+          "--sync=async, whose rounds are of few pushes, else 0)");
 ABSL_FLAG(uint32_t, max_workers, 1024, "Live workers at most");
 ABSL_FLAG(uint32_t, max_workers_per_token, 1,
           "Live workers per join token at most (whatever the count, a token's sessions are one vote)");
@@ -97,6 +101,20 @@ bool AsyncFromFlags(muloco::AsyncOptions* a) {
   return a->momentum_every >= 1;
 }
 
+// --robust and --screen_trend; false (with a message) when one is out of range.
+bool ScreeningFromFlags(muloco::ServerOptions* o) {
+  if (!muloco::ParseRobust(absl::GetFlag(FLAGS_robust), &o->robust)) {
+    std::fprintf(stderr, "muloco-server: --robust must be clip, reject, trimmed or off\n");
+    return false;
+  }
+  o->screen_trend = absl::GetFlag(FLAGS_screen_trend);
+  if (!(o->screen_trend < 1)) {
+    std::fprintf(stderr, "muloco-server: --screen_trend must be below 1 (-1: by mode)\n");
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -127,10 +145,7 @@ int main(int argc, char** argv) {
   o.round_timeout_s = absl::GetFlag(FLAGS_round_timeout_s);
   o.heartbeat_timeout_s = absl::GetFlag(FLAGS_heartbeat_timeout_s);
   o.linger_s = absl::GetFlag(FLAGS_linger_s);
-  if (!ParseRobust(absl::GetFlag(FLAGS_robust), &o.robust)) {
-    std::fprintf(stderr, "muloco-server: --robust must be clip, reject, trimmed or off\n");
-    return 2;
-  }
+  if (!ScreeningFromFlags(&o)) return 2;
   o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   o.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);

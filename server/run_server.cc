@@ -60,6 +60,7 @@ EngineOptions EngineOptionsFor(const ServerOptions& o, const v1::RunConfig& conf
   eo.outer = OuterSgdOptions{config.outer_lr(), config.outer_momentum(), config.outer_nesterov(),
                              eo.async.enabled ? o.async.momentum_every : 1};
   eo.screen.mode = o.robust;
+  eo.screen.trend = o.screen_trend >= 0 ? o.screen_trend : eo.async.enabled ? 0.5 : 0.0;
   eo.adaptive_h = o.adaptive_h;
   eo.min_inner_steps = o.min_inner_steps;
   // Pushes weigh by their inner steps (SignMuon's vote is one step, one vote: no weighting).

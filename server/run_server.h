@@ -33,6 +33,7 @@ struct ServerOptions {
   double linger_s = 30;                 // after the final round, serve until all workers leave, or no
                                         // worker has been heard from (call, heartbeat, stream) for this long
   Robust robust = Robust::kClip;        // screening of pushed updates (server/screen.h)
+  double screen_trend = -1;             // ScreenOptions::trend (< 0: 0.5 in async mode, else 0)
   std::string checkpoint_dir;           // checkpoint here and resume from the newest good checkpoint
   uint32_t checkpoint_every = 1;        // rounds between checkpoints (also on the final round and on stop)
   uint32_t keep_checkpoints = 3;        // newest checkpoints kept

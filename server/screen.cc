@@ -159,8 +159,8 @@ void RobustAggregator::Measure(const std::vector<Contribution>& in, RoundStats* 
           r[j] = MedianInPlace(&column);
         }
         ref = r;
-      } else if (!off && !last_aggregate_.empty()) {
-        ref = last_aggregate_.data() + ch.offset;
+      } else if (const std::vector<float>& past = options_.trend > 0 ? trend_ : last_aggregate_; !off && !past.empty()) {
+        ref = past.data() + ch.offset;
       }
       if (ref != nullptr) st->ref_sq[c] = SquaredNorm(ref, ch.numel);
       const float* last_ref = has_last ? last_aggregate_.data() + ch.offset : nullptr;
@@ -341,6 +341,11 @@ void RobustAggregator::Remember(const std::vector<Contribution>& in, const Round
   norm_scale_ = LowerMedian(norms);
   if (!cosines.empty()) cosine_scale_ = Median(cosines);
   last_aggregate_.assign(out, out + n_);
+  if (options_.trend > 0) {
+    const float decay = trend_.empty() ? 0.0f : static_cast<float>(options_.trend);
+    trend_.resize(n_, 0.0f);
+    for (size_t j = 0; j < n_; ++j) trend_[j] = decay * trend_[j] + out[j];
+  }
 }
 
 std::vector<uint64_t> ChunkOffsets(const std::vector<ScreenChunk>& chunks) {

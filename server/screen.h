@@ -13,7 +13,8 @@
 //    cannot raise it (or sink it with a tiny push).
 // 2. A direction check: each clipped update's cosine to a reference the attackers cannot
 //    steer: the coordinate-wise median of the round's clipped updates when there are at
-//    least min_samples participants, else the last round's aggregate. An update opposed to
+//    least min_samples participants, else the last round's aggregate (or a decaying sum of
+//    the last rounds' aggregates: ScreenOptions::trend). An update opposed to
 //    it (cosine <= 0; < 0 against last round's aggregate, to which honest updates agree only
 //    weakly) is left out; against the median, one that agrees less than `agree` x the typical
 //    honest cosine gets a proportionally smaller weight, so updates that carry no signal
@@ -59,6 +60,12 @@ struct ScreenOptions {
   double tiny = 0.5;          // full weight at a norm >= tiny x the typical one; proportionally less below
   double trim = 0.2;          // kTrimmed: share of values dropped at each end of every coordinate
                               // (at least one each end with three or more participants)
+  // With fewer than min_samples participants the direction check's reference is the history:
+  // last round's aggregate (0), or with trend in (0, 1) the aggregates of past rounds, each
+  // weighing `trend` x the next newer one. Rounds of one or two pushes (async mode's) agree
+  // with a single last round's aggregate so weakly that an honest update often points a
+  // little against it; their sum over a few rounds holds more of the common direction.
+  double trend = 0;
 };
 
 // A contiguous range of the flat parameter buffer screened as one tensor.
@@ -124,6 +131,7 @@ class RobustAggregator {
   std::vector<double> chunk_scale_;
   double norm_scale_ = -1, cosine_scale_ = -1;
   std::vector<float> last_aggregate_;  // empty: none yet
+  std::vector<float> trend_;           // options_.trend > 0: the past aggregates' decaying sum (empty: none yet)
 };
 
 // Each chunk's first element (they tile [0, n) in order), then n.

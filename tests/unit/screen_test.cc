@@ -279,6 +279,39 @@ TEST(RobustAggregator, FewParticipantsFallBackToHistoryThenThePairRule) {
   EXPECT_NEAR(v[1].norm, 2 * 1.0, 1e-5);
 }
 
+// Rounds of two agree with last round's aggregate alone only weakly; with `trend` the
+// direction check compares them with a decaying sum of the past aggregates instead. Round 2's
+// honest update points a little against round 1's aggregate (0.2, 1) but along its sum with
+// round 0's (1, 0): left out without the trend, kept with it; an update against that sum is
+// left out either way.
+TEST(RobustAggregator, TheTrendKeepsAnUpdateThatOnlyTheLastRoundOpposes) {
+  for (double trend : {0.0, 0.5}) {
+    ScreenOptions o;
+    o.trend = trend;
+    RobustAggregator agg(o, ChunksOf({2}), 2, 1);
+    std::vector<float> out(2);
+    for (const std::vector<float>& u : {std::vector<float>{1, 0}, std::vector<float>{0.2f, 1}}) {
+      Round r;
+      r.Add("a", {u});
+      r.Add("b", {u});
+      agg.Aggregate(r.in, out.data());
+    }
+    Round r;
+    r.Add("honest", {{1, -0.3f}});
+    r.Add("evil", {{-1, -0.5f}});
+    const std::vector<Verdict> v = agg.Aggregate(r.in, out.data());
+    EXPECT_STREQ(v[1].reason, "opposed") << trend;
+    if (trend == 0) {
+      EXPECT_STREQ(v[0].reason, "opposed");
+      EXPECT_EQ(out[0], 0.0f);
+    } else {
+      EXPECT_GT(v[0].weight, 0.0);
+      EXPECT_NEAR(v[0].cosine, (0.7 - 0.3) / (std::hypot(1.0, 0.3) * std::hypot(0.7, 1.0)), 1e-4);
+      EXPECT_FLOAT_EQ(out[1], -0.3f);  // the honest update alone
+    }
+  }
+}
+
 // Colluders that proved themselves and then push x1e5 as a majority cannot ratchet a
 // tensor's scale: it grows at most `growth` (2) x per round.
 TEST(RobustAggregator, AMajorityCannotRatchetTheScale) {
