@@ -289,6 +289,7 @@ int WorkerSession::Stop() {
 
 int WorkerSession::Part(uint64_t r, bool continuing, Trained t) {
   if (!unpushed_.load() || StepsInRound() == 0 || o_.leave_timeout_s <= 0) return Stop();
+  if (!t.keep.ok() || !*t.keep) return Stop();  // a landing mid-round resynced or ended the run
   if (flight_.active()) {  // the watcher leaves its await alone for --leave_timeout_s
     t.keep = Land();
     if (!t.keep.ok() || !*t.keep) return Stop();
@@ -298,11 +299,14 @@ int WorkerSession::Part(uint64_t r, bool continuing, Trained t) {
   if (KindsOf(config_).async) r = pub_.round();
   const uint32_t steps = std::min(StepsInRound(), round_steps_);  // as Push: steps past the tell are not claimed
   absl::StatusOr<std::string> payload = core_.uplink().Encode(trainer_->delta().data(), r);
-  if (!payload.ok()) return Stop();
-  const PushedRound pushed{r, payload->size(), t.loss, t.seconds, steps, steps * tokens_per_step_, 0};
-  unpushed_.store(false);  // the watcher cancels the round's await now: the push is what counts
-  const Exchanged x = core_.Exchange(*payload, pushed);
-  if (x.stage == Exchanged::kPush) {
+  Exchanged x;
+  x.status = payload.status();  // stage kPush: an encoder that failed pushes nothing
+  if (payload.ok()) {
+    const PushedRound pushed{r, payload->size(), t.loss, t.seconds, steps, steps * tokens_per_step_, 0};
+    unpushed_.store(false);  // the watcher cancels the round's await now: the push is what counts
+    x = core_.Exchange(*payload, pushed);
+  }
+  if (x.stage == Exchanged::kPush && !x.status.ok()) {
     LogWarn(tag_.c_str(), "the %u steps trained since the last push were not pushed (%s)", steps,
             x.status.ToString().c_str());
   } else {
