@@ -20,6 +20,7 @@
 #include <limits>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -161,6 +162,10 @@ class WorkerSession {
   // injected fault) resets the optimizer and resyncs (false), and is an error after three
   // rounds in a row.
   absl::StatusOr<bool> Sound(uint64_t r);
+  // Round r's update (the trainer's delta) encoded for its push, from the replica's version in
+  // an asynchronous run, and the push's record: it claims round_steps_, the steps trained
+  // past them extra (unclaimed).
+  absl::StatusOr<std::pair<std::string, PushedRound>> Encode(uint64_t r, const Trained& t);
   // Encodes and pushes round r: with --overlap its exchange flies beside the next round's
   // training; otherwise it is exchanged and settled here. CANCELLED on a stop signal.
   absl::Status Push(uint64_t r, const Trained& t);
@@ -296,23 +301,22 @@ int WorkerSession::Part(uint64_t r, bool continuing, Trained t) {
   }
   if (continuing) trainer_->DeltaFrom(pub_.params().data());
   if (!trainer_->delta().AllWithin(kMaxAbsValue)) return Stop();
-  if (KindsOf(config_).async) r = pub_.round();
-  const uint32_t steps = std::min(StepsInRound(), round_steps_);  // as Push: steps past the tell are not claimed
-  absl::StatusOr<std::string> payload = core_.uplink().Encode(trainer_->delta().data(), r);
+  round_steps_ = std::min(StepsInRound(), round_steps_);  // the claim: what was trained, up to the tell
+  absl::StatusOr<std::pair<std::string, PushedRound>> encoded = Encode(r, t);
   Exchanged x;
-  x.status = payload.status();  // stage kPush: an encoder that failed pushes nothing
-  if (payload.ok()) {
-    const PushedRound pushed{r, payload->size(), t.loss, t.seconds, steps, steps * tokens_per_step_, 0};
+  x.status = encoded.status();  // stage kPush: an encoder that failed pushes nothing
+  if (encoded.ok()) {
     unpushed_.store(false);  // the watcher cancels the round's await now: the push is what counts
-    x = core_.Exchange(*payload, pushed);
+    x = core_.Exchange(encoded->first, encoded->second);
+    r = encoded->second.round;
   }
   if (x.stage == Exchanged::kPush && !x.status.ok()) {
-    LogWarn(tag_.c_str(), "the %u steps trained since the last push were not pushed (%s)", steps,
+    LogWarn(tag_.c_str(), "the %u steps trained since the last push were not pushed (%s)", round_steps_,
             x.status.ToString().c_str());
   } else {
     DropState();  // they are in the push
-    Logf(tag_.c_str(), "pushed the %u steps trained since the last push (from round %llu) before leaving", steps,
-         static_cast<unsigned long long>(r));
+    Logf(tag_.c_str(), "pushed the %u steps trained since the last push (from round %llu) before leaving",
+         round_steps_, static_cast<unsigned long long>(r));
   }
   return Stop();
 }
@@ -630,20 +634,26 @@ absl::StatusOr<bool> WorkerSession::Sound(uint64_t r) {
   return false;
 }
 
-absl::Status WorkerSession::Push(uint64_t r, const Trained& t) {
+absl::StatusOr<std::pair<std::string, PushedRound>> WorkerSession::Encode(uint64_t r, const Trained& t) {
   // The version the update starts from: round r, but in an asynchronous run, where rounds
   // close without this worker, the replica's (a rebase moved the training onto it).
   if (KindsOf(config_).async) r = pub_.round();
-  absl::StatusOr<std::string> encoded = core_.uplink().Encode(trainer_->delta().data(), r);
-  if (!encoded.ok()) return encoded.status();  // the device failed mid-run
-  std::string payload = *std::move(encoded);
+  absl::StatusOr<std::string> payload = core_.uplink().Encode(trainer_->delta().data(), r);
+  if (!payload.ok()) return payload.status();  // the device failed mid-run
   const PushedRound pushed{r,
-                           payload.size(),
+                           payload->size(),
                            t.loss,
                            t.seconds,
                            round_steps_,
                            round_steps_ * tokens_per_step_,
                            StepsInRound() > round_steps_ ? StepsInRound() - round_steps_ : 0};
+  return std::make_pair(*std::move(payload), pushed);
+}
+
+absl::Status WorkerSession::Push(uint64_t r, const Trained& t) {
+  absl::StatusOr<std::pair<std::string, PushedRound>> encoded = Encode(r, t);
+  if (!encoded.ok()) return encoded.status();
+  auto& [payload, pushed] = *encoded;
   carried_steps_ = 0;
   unpushed_.store(false);
   DropState();  // its steps are in this push: resuming them would count them twice
